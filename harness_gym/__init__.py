@@ -1,0 +1,48 @@
+"""harness-gym: the agent harness as an experimental variable.
+
+Importing the package registers all 243 configurations of the Harness Scaling space as Gymnasium
+environments, ``Harness-S{s}T{t}O{o}C{c}W{w}``.
+"""
+
+from harness_gym.design import (
+    TRAINING_SET,
+    build_schedule,
+    check_orthogonal_array,
+    heldout_set,
+    is_orthogonal_array,
+    locality_aware_assignment,
+    training_set,
+)
+from harness_gym.env import HarnessEnv
+from harness_gym.registration import register_all
+from harness_gym.space import BASE_CONFIG, FACTORS, HarnessConfig, all_configs, hamming, neighbours
+from harness_gym.spec import SpecError, compile_config, spec_hash, validate_spec
+from harness_gym.tasks import Task, load_tasks
+
+__version__ = "0.1.0"
+
+register_all()
+
+__all__ = [
+    "BASE_CONFIG",
+    "FACTORS",
+    "TRAINING_SET",
+    "HarnessConfig",
+    "HarnessEnv",
+    "SpecError",
+    "Task",
+    "all_configs",
+    "build_schedule",
+    "check_orthogonal_array",
+    "compile_config",
+    "hamming",
+    "heldout_set",
+    "is_orthogonal_array",
+    "load_tasks",
+    "locality_aware_assignment",
+    "neighbours",
+    "register_all",
+    "spec_hash",
+    "training_set",
+    "validate_spec",
+]

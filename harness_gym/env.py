@@ -1,0 +1,361 @@
+"""The engine: one Gymnasium environment that runs any harness spec over any task.
+
+Per step: parse the assistant's action into tool calls (``tool_calls``), apply the workflow gate
+(W), resolve and validate each call against the tool interface (T), run it in the sandbox, format
+its output (O), add workflow prompts (W), then let context management (C) decide what the policy
+sees next. When the agent calls the finishing tool, or the step budget runs out, the task's hidden
+grader gives the reward.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+
+from harness_gym.factors.context import ContextManager, TurnRecord
+from harness_gym.factors.observation import ObservationFormatter
+from harness_gym.factors.system_prompt import system_message
+from harness_gym.factors.tool_interface import ToolInterface, resample_names
+from harness_gym.factors.workflow import Workflow
+from harness_gym.sandboxes.base import Sandbox, SandboxFactory, make_sandbox_factory
+from harness_gym.space import BASE_CONFIG, HarnessConfig
+from harness_gym.spaces import AssistantActionSpace, chat_observation_space
+from harness_gym.spec import compile_config, load_spec, spec_hash, validate_spec
+from harness_gym.summarizers import Summarizer
+from harness_gym.tasks import Task, load_tasks
+from harness_gym.tool_calls import ActionError, ToolCall, coerce_arguments, parse_action
+from harness_gym.tools import ToolContext, run_tool
+
+Message = dict[str, Any]
+
+
+class HarnessEnv(gym.Env[dict[str, Any], Any]):
+    """A task-solving episode under one harness.
+
+    Args:
+        config: a configuration of the 3^5 space (``"S1T2O0C1W2"``); ignored when ``spec`` is given.
+        spec: a harness spec (mapping, or path to a YAML/JSON file).
+        tasks: a suite name (``"builtin"``, ``"builtin:train"``) or a sequence of :class:`Task`.
+        sandbox: a backend name (``"bubblewrap"``) or a factory returning a :class:`Sandbox`.
+        sandbox_options: keyword arguments for the backend.
+        tool_call_format: override the spec's format (``auto``, ``hermes``, ``openai``, ``xml``).
+        max_steps: override the spec's step budget.
+        summarizer: the context summariser (default: deterministic, no model).
+        resample_names: re-draw tool aliases / opaque identifiers every episode.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 0}
+
+    def __init__(
+        self,
+        config: HarnessConfig | str | None = None,
+        *,
+        spec: Mapping[str, Any] | str | Path | None = None,
+        tasks: str | Sequence[Task] | None = None,
+        sandbox: str | SandboxFactory | None = None,
+        sandbox_options: Mapping[str, Any] | None = None,
+        tool_call_format: str | None = None,
+        max_steps: int | None = None,
+        summarizer: Summarizer | None = None,
+        resample_names: bool = False,
+        workspace_root: str | Path | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        if spec is None:
+            self.harness_spec: dict[str, Any] = compile_config(config if config is not None else BASE_CONFIG)
+        elif isinstance(spec, (str, Path)):
+            self.harness_spec = load_spec(spec)
+        else:
+            self.harness_spec = copy.deepcopy(dict(spec))
+            validate_spec(self.harness_spec)
+        if tool_call_format is not None:
+            self.harness_spec["tool_call_format"] = tool_call_format
+        if max_steps is not None:
+            self.harness_spec["budget"]["max_steps"] = int(max_steps)
+        validate_spec(self.harness_spec)
+        self.spec_hash = spec_hash(self.harness_spec)
+        self.config: str | None = self.harness_spec.get("config")
+        self.tasks = load_tasks(tasks)
+        self._tasks_by_id = {t.id: t for t in self.tasks}
+        budget = self.harness_spec["budget"]
+        options = {
+            "command_timeout_s": budget.get("command_timeout_s", 60.0),
+            "output_limit_chars": budget.get("output_limit_chars", 30_000),
+        }
+        options.update(sandbox_options or {})
+        self._sandbox_factory = make_sandbox_factory(sandbox, **options)
+        self.summarizer = summarizer
+        self.resample_names = resample_names
+        self.workspace_root = workspace_root
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        self.render_mode = render_mode
+        self.observation_space = chat_observation_space()
+        self.action_space = AssistantActionSpace()
+        self._static_interface = ToolInterface(self.harness_spec)
+
+        self.task: Task | None = None
+        self.sandbox: Sandbox | None = None
+        self.workspace: Path | None = None
+        self.tool_interface = self._static_interface
+        self.messages: list[Message] = []  # what the policy sees next
+        self.transcript: list[Message] = []  # everything, never compressed
+        self.records: list[TurnRecord] = []
+        self.steps = 0
+        self.done = True
+        self.last_step_timing: dict[str, float] = {}
+        self._episode_spec_hash = self.spec_hash
+
+    # ------------------------------------------------------------------ gym API
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        super().reset(seed=seed)
+        options = options or {}
+        self._end_episode()
+        self.task = self._choose_task(options.get("task_id"))
+        episode_rng = np.random.default_rng(int(self.np_random.integers(2**63)))
+        if self.resample_names and self.harness_spec.get("tool_naming"):
+            episode_spec = resample_names(self.harness_spec, episode_rng)
+            self.tool_interface = ToolInterface(episode_spec)
+            self._episode_spec_hash = spec_hash(episode_spec)
+        else:
+            self.tool_interface = self._static_interface
+            self._episode_spec_hash = self.spec_hash
+        self.formatter = ObservationFormatter(self.harness_spec, episode_rng)
+        self.workflow = Workflow(self.harness_spec)
+
+        self.workspace = Path(tempfile.mkdtemp(prefix="harness-gym-ws-", dir=self.workspace_root))
+        self.task.materialize(self.workspace)
+        if self.sandbox is None:
+            self.sandbox = self._sandbox_factory()
+        self.sandbox.start(self.workspace, self.task.mount_path)
+        self.context = ContextManager(self.harness_spec, self.summarizer, self.sandbox.write_file, self.task.mount_path)
+
+        self.messages = [
+            system_message(self.harness_spec),
+            {"role": "user", "content": self.task.instruction, "source": "task"},
+            *self.workflow.initial_messages(),
+        ]
+        self.transcript = [dict(m) for m in self.messages]
+        self.records = []
+        self.steps = 0
+        self.done = False
+        info = self._base_info()
+        info["tool_names"] = {t.canonical: t.name for t in self.tool_interface.tools.values()}
+        return self._observation(), info
+
+    def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        if self.done or self.task is None or self.sandbox is None:
+            raise RuntimeError("the episode is over (or was never started); call reset() before step()")
+        started = time.perf_counter()
+        parsed = parse_action(action, self.harness_spec.get("tool_call_format", "auto"), id_prefix=f"call_{self.steps}")
+        self.steps += 1
+        assistant = _assistant_message(action, parsed.calls)
+        responses: list[Message] = []
+        record = TurnRecord(self.steps, parsed.text)
+        info = self._base_info()
+        info.update(
+            parsed_calls=[c.as_dict() for c in parsed.calls],
+            parse_errors=parsed.errors,
+            tool_errors=[],
+            exit_codes=[],
+            durations=[],
+            workflow_feedback=[],
+        )
+        sandbox_s = 0.0
+        terminated = False
+
+        blocked = self.workflow.gate(parsed.text, bool(parsed.calls))
+        if blocked is not None:
+            info["workflow_feedback"].append(blocked)
+            record.feedback.append(blocked)
+            responses += [_tool_message(c, blocked, "workflow") for c in parsed.calls]
+        elif not parsed.calls:
+            note = self._no_call_feedback()
+            info["workflow_feedback"].append(note)
+            record.feedback.append(note)
+            responses.append({"role": "user", "content": note, "source": "workflow"})
+        else:
+            for call in parsed.calls:
+                if terminated:
+                    responses.append(
+                        _tool_message(
+                            call, f"Not executed: the session ended with {self.tool_interface.finish_name}.", "tool"
+                        )
+                    )
+                    continue
+                if call.error:
+                    responses.append(_tool_message(call, f"Error: {call.error}", "tool"))
+                    continue
+                answer, finished, seconds = self._run_call(call, record, info)
+                sandbox_s += seconds
+                terminated = terminated or finished
+                responses.append(_tool_message(call, answer, "tool"))
+
+        truncated = False
+        if not terminated:
+            responses += self.workflow.after_step(self.steps)
+            if self.steps >= self.harness_spec["budget"]["max_steps"]:
+                truncated = True
+                info["truncation_reason"] = f"step budget of {self.harness_spec['budget']['max_steps']} steps exhausted"
+        self.messages = [*self.messages, assistant, *responses]
+        self.transcript += [copy.deepcopy(assistant)] + [dict(m) for m in responses]
+        self.records.append(record)
+
+        reward = 0.0
+        info["context_reset"] = False
+        if terminated or truncated:
+            info["terminated_reason"] = "finish tool called" if terminated else "truncated"
+            grading_started = time.perf_counter()
+            result = self.task.grade(self.sandbox)
+            sandbox_s += time.perf_counter() - grading_started
+            reward = result.reward
+            info.update(reward_breakdown=result.breakdown, grader_error=result.error, grader_log=result.log[-2000:])
+            self.done = True
+        else:
+            context_started = time.perf_counter()
+            self.messages, info["context_reset"] = self.context.manage(self.messages, self.records)
+            if info["context_reset"] and self.context.summary_path is not None:
+                # writing the summary file runs a command in the sandbox: not harness overhead
+                sandbox_s += time.perf_counter() - context_started
+        info["reward_breakdown"] = info.get("reward_breakdown", {})
+        total = time.perf_counter() - started
+        self.last_step_timing = {"step_s": total, "sandbox_s": sandbox_s, "overhead_s": total - sandbox_s}
+        return self._observation(), float(reward), terminated, truncated, info
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        return "\n".join(f"[{m['source']}/{m['role']}] {m['content']}" for m in self.messages[-6:])
+
+    def close(self) -> None:
+        self._end_episode()
+        if self.sandbox is not None:
+            self.sandbox.close()
+            self.sandbox = None
+
+    # ------------------------------------------------------------------ internals
+
+    def _choose_task(self, task_id: str | None) -> Task:
+        if task_id is not None:
+            try:
+                return self._tasks_by_id[task_id]
+            except KeyError:
+                raise ValueError(
+                    f"unknown task_id {task_id!r}; this environment has {sorted(self._tasks_by_id)}"
+                ) from None
+        return self.tasks[int(self.np_random.integers(len(self.tasks)))]
+
+    def _run_call(self, call: ToolCall, record: TurnRecord, info: dict[str, Any]) -> tuple[str, bool, float]:
+        """Resolve, validate and run one call. Returns the answer text, finished, sandbox seconds."""
+        assert self.sandbox is not None and self.task is not None
+        tool = self.tool_interface.tools.get(call.name)
+        arguments = (
+            coerce_arguments(call.arguments, tool.parameters)
+            if tool is not None and call.format == "xml"
+            else call.arguments
+        )
+        tool, error = self.tool_interface.resolve(call.name, arguments)
+        if tool is None:
+            info["tool_errors"].append(error)
+            record.calls.append({"name": call.name, "arguments": arguments, "exit_code": None, "output": error})
+            return error or "", False, 0.0
+        context = ToolContext(
+            self.sandbox,
+            self.task.mount_path,
+            float(self.harness_spec["budget"].get("command_timeout_s", 60)),
+            tool.name,
+        )
+        result = run_tool(tool.implementation, arguments, context)
+        info["exit_codes"].append(result.exit_code)
+        if result.ran_command:
+            info["durations"].append(result.duration_s)
+        record.calls.append(
+            {
+                "name": tool.name,
+                "canonical": tool.canonical,
+                "arguments": arguments,
+                "exit_code": result.exit_code,
+                "output": result.output,
+            }
+        )
+        answer = self.formatter.format(
+            result.output,
+            tool=tool.name,
+            exit_code=result.exit_code,
+            pid=result.pid,
+            duration_ms=result.duration_s * 1000,
+            step=self.steps,
+        )
+        return answer, result.finished, result.duration_s
+
+    def _no_call_feedback(self) -> str:
+        names = ", ".join(sorted(self.tool_interface.tools))
+        return (
+            f"No tool call was found in your message, so nothing was executed. To act, call one of the "
+            f"available tools ({names}). When the task is complete, call {self.tool_interface.finish_name}."
+        )
+
+    def _base_info(self) -> dict[str, Any]:
+        return {
+            "config": self.config,
+            "spec_name": self.harness_spec["name"],
+            "spec_hash": self._episode_spec_hash,
+            "task_id": self.task.id if self.task else None,
+            "step": self.steps,
+        }
+
+    def _observation(self) -> dict[str, Any]:
+        return {"messages": [_copy_message(m) for m in self.messages], "tools": self.tool_interface.schemas()}
+
+    def _end_episode(self) -> None:
+        if self.sandbox is not None:
+            self.sandbox.close()
+        if self.workspace is not None:
+            shutil.rmtree(self.workspace, ignore_errors=True)
+            self.workspace = None
+        self.done = True
+
+
+def _copy_message(message: Message) -> Message:
+    out = dict(message)
+    if "tool_calls" in out:
+        out["tool_calls"] = copy.deepcopy(out["tool_calls"])
+    return out
+
+
+def _assistant_message(action: Any, calls: list[ToolCall]) -> Message:
+    if isinstance(action, str):
+        return {"role": "assistant", "content": action, "source": "policy"}
+    if isinstance(action, Mapping):
+        content = action.get("content") or ""
+        if not isinstance(content, str):
+            content = "".join(p.get("text", "") for p in content if isinstance(p, Mapping))
+        message: Message = {"role": "assistant", "content": content, "source": "policy"}
+        if action.get("tool_calls"):
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _arguments_text(c)}}
+                for c in calls
+            ]
+        return message
+    raise ActionError(f"an action must be a string or an assistant message mapping, got {type(action).__name__}")
+
+
+def _arguments_text(call: ToolCall) -> str:
+    import json
+
+    return json.dumps(call.arguments, ensure_ascii=False) if not call.error else call.raw
+
+
+def _tool_message(call: ToolCall, content: str, source: str) -> Message:
+    return {"role": "tool", "content": content, "source": source, "tool_call_id": call.id, "name": call.name}

@@ -1,0 +1,17 @@
+"""S: the system prompt. Levels: direct rules, the rules inside a product context, a persona."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def fragment(level: int) -> dict[str, Any]:
+    from harness_gym.factors import level_fragment
+
+    return level_fragment("S", level)
+
+
+def system_message(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The first message of every episode."""
+    return {"role": "system", "content": spec["system_prompt"], "source": "system"}

@@ -1,0 +1,165 @@
+"""T: the tool interface — the names, descriptions and set of tools the agent is shown.
+
+Level 0 shows the canonical tools. Level 1 renames them with semantically related aliases and adds
+non-functional distractors; level 2 gives every tool an opaque identifier, so only the descriptions
+tell the tools apart. Behaviour and parameters never change. With ``resample_names`` the aliases
+(level 1) or identifiers (level 2) are re-drawn per episode from the episode's seed.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+import numpy as np
+
+from harness_gym.spec import load_variant_file
+
+CANONICAL_TOOLS = ("execute_bash", "file_editor", "finish")
+
+
+def fragment(level: int) -> dict[str, Any]:
+    """The ``tools`` (and ``tool_naming``) part of the spec at this level."""
+    data = load_variant_file("T")
+    try:
+        variant = data["levels"][level]
+    except KeyError:
+        raise ValueError(f"factor T has no level {level}") from None
+    tools: list[dict[str, Any]] = []
+    for canonical, definition in data["functional"].items():
+        tools.append(
+            {
+                "name": variant["names"][canonical],
+                "canonical": canonical,
+                "implementation": definition["implementation"],
+                "description": variant.get("descriptions", {}).get(canonical, definition["description"]),
+                "parameters": copy.deepcopy(definition["parameters"]),
+            }
+        )
+    for canonical, name in variant.get("distractors", {}).items():
+        definition = data["distractors"][canonical]
+        tools.append(
+            {
+                "name": name,
+                "canonical": canonical,
+                "implementation": "unavailable",
+                "description": definition["description"],
+                "parameters": copy.deepcopy(definition["parameters"]),
+            }
+        )
+    if variant.get("distractors"):
+        tools.sort(key=lambda t: t["name"])  # no positional cue separating real tools from distractors
+    naming: dict[str, Any] = {}
+    if "alias_pool" in variant:
+        naming["alias_pool"] = copy.deepcopy(variant["alias_pool"])
+    if "opaque_prefix" in variant:
+        naming["opaque_prefix"] = variant["opaque_prefix"]
+    return {"tools": tools, "tool_naming": naming}
+
+
+def resample_names(spec: Mapping[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+    """A copy of ``spec`` whose tool names are re-drawn (aliases or opaque ids); others unchanged."""
+    naming = spec.get("tool_naming") or {}
+    out = copy.deepcopy(dict(spec))
+    taken: set[str] = set()
+    for tool in out["tools"]:
+        pool = naming.get("alias_pool", {}).get(tool.get("canonical", ""))
+        if pool:
+            free = [n for n in pool if n not in taken] or [f"{pool[0]}_{len(taken)}"]
+            tool["name"] = free[int(rng.integers(len(free)))]
+        elif "opaque_prefix" in naming:
+            name = tool["name"]
+            while name == tool["name"] or name in taken:
+                name = naming["opaque_prefix"] + "".join(f"{int(v):x}" for v in rng.integers(0, 16, size=4))
+            tool["name"] = name
+        taken.add(tool["name"])
+    if naming:
+        out["tools"].sort(key=lambda t: t["name"])
+    return out
+
+
+@dataclass(frozen=True)
+class BoundTool:
+    """A tool as presented in one episode, with its validator."""
+
+    name: str
+    canonical: str
+    implementation: str
+    description: str
+    parameters: dict[str, Any]
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI function schema the agent sees."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": copy.deepcopy(self.parameters),
+            },
+        }
+
+
+@functools.lru_cache(maxsize=256)
+def _validator(parameters_json: str) -> jsonschema.protocols.Validator:
+    import json
+
+    schema = json.loads(parameters_json)
+    return jsonschema.validators.validator_for(schema)(schema)
+
+
+class ToolInterface:
+    """Resolves the names the agent uses to tools, and validates arguments against their schemas."""
+
+    def __init__(self, spec: Mapping[str, Any]) -> None:
+        import json
+
+        self.tools: dict[str, BoundTool] = {}
+        self._validators: dict[str, jsonschema.protocols.Validator] = {}
+        for entry in spec["tools"]:
+            tool = BoundTool(
+                entry["name"],
+                entry.get("canonical", entry["name"]),
+                entry["implementation"],
+                entry["description"],
+                entry["parameters"],
+            )
+            self.tools[tool.name] = tool
+            self._validators[tool.name] = _validator(json.dumps(tool.parameters, sort_keys=True))
+        self.finish_name = next(t.name for t in self.tools.values() if t.implementation == "finish")
+        self._schemas = [t.schema() for t in self.tools.values()]
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """OpenAI function schemas, fresh copies (observations must not share objects)."""
+        return copy.deepcopy(self._schemas)
+
+    def name_for(self, canonical: str) -> str:
+        """The presented name of a canonical tool (privileged: used by the reference agent)."""
+        for tool in self.tools.values():
+            if tool.canonical == canonical:
+                return tool.name
+        raise KeyError(f"this harness has no tool presenting {canonical!r}")
+
+    def resolve(self, name: str, arguments: dict[str, Any]) -> tuple[BoundTool | None, str | None]:
+        """The tool called ``name`` and None, or None and an error message that says what was expected."""
+        tool = self.tools.get(name)
+        if tool is None:
+            available = ", ".join(sorted(self.tools))
+            return None, f"Error: unknown tool {name!r}. Available tools: {available}."
+        errors = sorted(self._validators[name].iter_errors(arguments), key=lambda e: list(e.absolute_path))
+        if errors:
+            details = "; ".join(f"{_where(e)}{e.message}" for e in errors[:5])
+            props = tool.parameters.get("properties", {})
+            required = tool.parameters.get("required", [])
+            expected = ", ".join(f"{k}{'' if k in required else '?'}: {v.get('type', 'any')}" for k, v in props.items())
+            return None, f"Error: invalid arguments for {name}: {details}. Expected arguments {{{expected}}}."
+        return tool, None
+
+
+def _where(error: jsonschema.ValidationError) -> str:
+    path = "/".join(str(p) for p in error.absolute_path)
+    return f"at '{path}': " if path else ""

@@ -1,0 +1,21 @@
+"""Registration of the 243 configurations as Gymnasium environments, as data: one entry per id."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+from harness_gym.space import all_configs
+
+ENTRY_POINT = "harness_gym.env:HarnessEnv"
+
+
+def register_all() -> list[str]:
+    """Register ``Harness-S?T?O?C?W?`` for every configuration (idempotent). Returns the ids."""
+    ids = []
+    for config in all_configs():
+        if config.env_id not in gym.registry:
+            gym.register(
+                id=config.env_id, entry_point=ENTRY_POINT, kwargs={"config": config.code}, nondeterministic=False
+            )
+        ids.append(config.env_id)
+    return ids

@@ -1,0 +1,87 @@
+"""The sandbox interface shared by every backend (bubblewrap here; Docker and others plug in)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+# Paths inside every sandbox. The harness's own files live under HARNESS_DIR, read-only.
+HARNESS_DIR = "/.harness"
+TOOLS_DIR = f"{HARNESS_DIR}/tools"
+CONTROL_DIR = f"{HARNESS_DIR}/ctl"
+GRADER_DIR = f"{HARNESS_DIR}/grader"
+
+
+class SandboxError(RuntimeError):
+    """The sandbox cannot be started or used (missing backend, bad mount path, ...)."""
+
+
+@dataclass
+class CommandResult:
+    """What one command produced. ``exit_code`` is None when the command was killed."""
+
+    output: str
+    exit_code: int | None
+    duration_s: float
+    timed_out: bool = False
+    elided_chars: int = 0
+    note: str = ""
+    pid: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """One episode's execution context.
+
+    ``start`` mounts ``workspace`` (a host directory the harness filled) at ``mount_path``;
+    ``run`` executes a shell command in the persistent shell; ``run_tool`` runs one of the
+    harness's tool scripts with a JSON payload; ``grade`` stops the agent's processes and runs a
+    grading command in a fresh context where the grader files (copied into GRADER_DIR; a folder
+    contributes its contents) are visible; ``close`` removes
+    every process the episode started. Implementations must be safe to ``close`` twice.
+    """
+
+    def start(self, workspace: Path, mount_path: str) -> None: ...
+
+    def run(self, command: str, timeout_s: float | None = None) -> CommandResult: ...
+
+    def run_tool(self, script: str, payload: Mapping[str, Any], timeout_s: float | None = None) -> CommandResult: ...
+
+    def write_file(self, path: str, content: str) -> CommandResult: ...
+
+    def grade(
+        self, grader_files: Sequence[Path], command: str, timeout_s: float, env: Mapping[str, str] | None = None
+    ) -> CommandResult: ...
+
+    def close(self) -> None: ...
+
+
+SandboxFactory = Callable[[], Sandbox]
+
+_BACKENDS: dict[str, Callable[..., Sandbox]] = {}
+
+
+def register_backend(name: str, constructor: Callable[..., Sandbox]) -> None:
+    """Make a sandbox backend selectable by name (``gym.make(..., sandbox="name")``)."""
+    _BACKENDS[name] = constructor
+
+
+def make_sandbox_factory(sandbox: str | SandboxFactory | None = None, **options: Any) -> SandboxFactory:
+    """Resolve the ``sandbox`` argument of an environment into a factory of fresh sandboxes."""
+    if sandbox is None:
+        sandbox = "bubblewrap"
+    if callable(sandbox):
+        return sandbox
+    try:
+        constructor = _BACKENDS[sandbox]
+    except KeyError:
+        raise SandboxError(f"unknown sandbox backend {sandbox!r}; available: {sorted(_BACKENDS)}") from None
+    return lambda: constructor(**options)
+
+
+def tool_scripts_dir() -> Path:
+    """The host folder holding the harness's tool scripts, mounted read-only at TOOLS_DIR."""
+    return Path(__file__).resolve().parent.parent / "tools" / "scripts"

@@ -1,0 +1,3 @@
+from textstats.counter import count_words, top_words
+
+__all__ = ["count_words", "top_words"]
