@@ -260,6 +260,9 @@ def build_schedule(
     """
     if tasks_per_step < 1:
         raise ValueError(f"tasks_per_step must be at least 1, got {tasks_per_step}")
+    duplicates = [task for task, n in Counter(tasks).items() if n > 1]
+    if duplicates:
+        raise ValueError(f"tasks must be unique; repeated: {duplicates[:5]}")
     try:
         assign = ASSIGNMENTS[assignment]
     except KeyError:

@@ -1,0 +1,33 @@
+import json
+
+from harness_gym.cli import main
+from tests.conftest import requires_bwrap
+
+
+def test_configs_and_neighbours(capsys):
+    assert main(["configs", "--set", "training"]) == 0
+    assert len(capsys.readouterr().out.split()) == 18
+    assert main(["configs", "--neighbours", "S0T0O0C0W0"]) == 0
+    assert len(capsys.readouterr().out.split()) == 10
+    assert main(["configs", "--set", "training,S0T0O0C0W0,heldout"]) == 0
+    assert len(capsys.readouterr().out.split()) == 36
+
+
+def test_schedule_json_lines(capsys):
+    assert main(["schedule", "--tasks", "5", "--tasks-per-step", "2", "--k", "2"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 10 and max(r["step"] for r in rows) == 5
+
+
+def test_bad_input_is_a_clear_error(capsys):
+    assert main(["configs", "--set", "S9"]) == 2
+    assert "expected the form" in capsys.readouterr().err
+
+
+@requires_bwrap
+def test_check_runs_the_reference_agent(tmp_path, capsys):
+    out = tmp_path / "check.jsonl"
+    assert main(["check", "--configs", "S2T2O2C2W2", "--tasks", "builtin:eval", "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 2 and all(r["reward"] == 1.0 for r in rows)
+    assert "failures: 0" in capsys.readouterr().out

@@ -1,0 +1,71 @@
+"""Every built-in task is solvable through every harness, and doing nothing earns nothing."""
+
+import gymnasium as gym
+import pytest
+
+from harness_gym import TRAINING_SET, all_configs, heldout_set, load_tasks
+from harness_gym.agents import CALL_FORMATS, NullAgent, ReferenceAgent, run_episode
+from tests.conftest import requires_bwrap
+
+pytestmark = requires_bwrap
+TASKS = [t.id for t in load_tasks("builtin")]
+# The training and held-out arrays together cover every pair of levels of every two factors.
+COVERING = sorted(set(TRAINING_SET) | set(heldout_set()))
+
+
+def solve_everywhere(configs):
+    failures = []
+    for index, config in enumerate(configs):
+        env = gym.make(config.env_id)
+        for task_id in TASKS:
+            fmt = CALL_FORMATS[(index + TASKS.index(task_id)) % len(CALL_FORMATS)]
+            result = run_episode(env, ReferenceAgent(fmt), seed=index, task_id=task_id)
+            if result.reward != 1.0 or not result.terminated:
+                failures.append((config.code, task_id, fmt, result.reward, result.final_info.get("reward_breakdown")))
+        env.close()
+    return failures
+
+
+def test_builtin_suite_has_both_families_and_splits():
+    tasks = load_tasks("builtin")
+    assert len(tasks) >= 5
+    assert {t.metadata["family"] for t in tasks} == {"repository-repair", "workspace"}
+    assert {t.split for t in tasks} == {"train", "eval"}
+    assert all(t.solution for t in tasks)
+
+
+def test_reference_agent_solves_every_task_on_a_covering_set_of_configurations():
+    assert len(COVERING) == 36
+    assert solve_everywhere(COVERING) == []
+
+
+@pytest.mark.slow
+def test_reference_agent_solves_every_task_in_all_243_configurations():
+    assert solve_everywhere(all_configs()) == []
+
+
+@pytest.mark.parametrize("config", ["S0T0O0C0W0", "S2T2O2C2W2", "S1T1O1C1W1"])
+def test_doing_nothing_scores_zero(config):
+    env = gym.make(f"Harness-{config}")
+    for task_id in TASKS:
+        result = run_episode(env, NullAgent(), seed=0, task_id=task_id)
+        assert result.terminated and result.reward == 0.0, task_id
+        assert result.final_info["grader_error"] is None
+    env.close()
+
+
+def test_talking_until_the_budget_ends_scores_zero():
+    env = gym.make("Harness-S0T0O0C0W0", max_steps=3)
+    result = run_episode(env, NullAgent(finish=False), seed=0, task_id=TASKS[0])
+    assert result.truncated and result.reward == 0.0 and result.steps == 3
+    env.close()
+
+
+def test_visible_tests_do_not_decide_the_reward():
+    """Deleting the repository's visible tests and finishing does not pass: the grader has its own."""
+    env = gym.make("Harness-S0T0O0C0W0")
+    env.reset(seed=0, options={"task_id": "repair-word-frequency"})
+    env.step('<tool_call>{"name": "execute_bash", "arguments": {"command": "rm -rf tests"}}</tool_call>')
+    *_, reward, terminated, _, info = env.step('<tool_call>{"name": "finish", "arguments": {}}</tool_call>')
+    assert terminated and reward == 0.0
+    env.close()
