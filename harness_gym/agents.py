@@ -83,6 +83,7 @@ class ReferenceAgent:
         self.env: HarnessEnv | None = None
         self.queue: list[tuple[str, dict[str, Any]]] = []
         self.pending: tuple[str, dict[str, Any]] | None = None
+        self.planned = False
 
     def reset(self, env: gym.Env) -> None:
         self.env = _unwrap(env)

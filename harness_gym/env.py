@@ -9,8 +9,13 @@ grader gives the reward.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import json
+import os
 import shutil
+import stat
+import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -322,9 +327,28 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         if self.sandbox is not None:
             self.sandbox.close()
         if self.workspace is not None:
-            shutil.rmtree(self.workspace, ignore_errors=True)
+            remove_tree(self.workspace)
             self.workspace = None
         self.done = True
+
+
+def remove_tree(path: Path) -> None:
+    """Delete a workspace even where the agent removed write or search permissions."""
+
+    def make_writable_and_retry(function: Any, target: str, _exc: Any) -> None:
+        parent = os.path.dirname(target)
+        for item in (parent, target):
+            with contextlib.suppress(OSError):
+                os.chmod(item, os.stat(item).st_mode | stat.S_IRWXU)
+        function(target)
+
+    try:
+        if sys.version_info >= (3, 12):
+            shutil.rmtree(path, onexc=make_writable_and_retry)
+        else:
+            shutil.rmtree(path, onerror=make_writable_and_retry)
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _copy_message(message: Message) -> Message:
@@ -352,8 +376,6 @@ def _assistant_message(action: Any, calls: list[ToolCall]) -> Message:
 
 
 def _arguments_text(call: ToolCall) -> str:
-    import json
-
     return json.dumps(call.arguments, ensure_ascii=False) if not call.error else call.raw
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -106,8 +107,6 @@ class BoundTool:
 
 @functools.lru_cache(maxsize=256)
 def _validator(parameters_json: str) -> jsonschema.protocols.Validator:
-    import json
-
     schema = json.loads(parameters_json)
     return jsonschema.validators.validator_for(schema)(schema)
 
@@ -116,8 +115,6 @@ class ToolInterface:
     """Resolves the names the agent uses to tools, and validates arguments against their schemas."""
 
     def __init__(self, spec: Mapping[str, Any]) -> None:
-        import json
-
         self.tools: dict[str, BoundTool] = {}
         self._validators: dict[str, jsonschema.protocols.Validator] = {}
         for entry in spec["tools"]:
