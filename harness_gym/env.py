@@ -9,14 +9,8 @@ grader gives the reward.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
-import os
-import shutil
-import stat
-import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -71,7 +65,6 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         max_steps: int | None = None,
         summarizer: Summarizer | None = None,
         resample_names: bool = False,
-        workspace_root: str | Path | None = None,
         render_mode: str | None = None,
     ) -> None:
         if spec is None:
@@ -99,7 +92,6 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         self._sandbox_factory = make_sandbox_factory(sandbox, **options)
         self.summarizer = summarizer
         self.resample_names = resample_names
-        self.workspace_root = workspace_root
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
         self.render_mode = render_mode
@@ -139,10 +131,10 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         self.formatter = ObservationFormatter(self.harness_spec, episode_rng)
         self.workflow = Workflow(self.harness_spec)
 
-        self.workspace = Path(tempfile.mkdtemp(prefix="harness-gym-ws-", dir=self.workspace_root))
-        self.task.materialize(self.workspace)
         if self.sandbox is None:
             self.sandbox = self._sandbox_factory()
+        self.workspace = self.sandbox.new_workspace()
+        self.task.materialize(self.workspace)
         self.sandbox.start(self.workspace, self.task.mount_path)
         self.context = ContextManager(self.harness_spec, self.summarizer, self.sandbox.write_file, self.task.mount_path)
 
@@ -325,30 +317,9 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
 
     def _end_episode(self) -> None:
         if self.sandbox is not None:
-            self.sandbox.close()
-        if self.workspace is not None:
-            remove_tree(self.workspace)
-            self.workspace = None
+            self.sandbox.close()  # also removes the workspace
+        self.workspace = None
         self.done = True
-
-
-def remove_tree(path: Path) -> None:
-    """Delete a workspace even where the agent removed write or search permissions."""
-
-    def make_writable_and_retry(function: Any, target: str, _exc: Any) -> None:
-        parent = os.path.dirname(target)
-        for item in (parent, target):
-            with contextlib.suppress(OSError):
-                os.chmod(item, os.stat(item).st_mode | stat.S_IRWXU)
-        function(target)
-
-    try:
-        if sys.version_info >= (3, 12):
-            shutil.rmtree(path, onexc=make_writable_and_retry)
-        else:
-            shutil.rmtree(path, onerror=make_writable_and_retry)
-    except OSError:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def _copy_message(message: Message) -> Message:

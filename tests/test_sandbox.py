@@ -13,11 +13,10 @@ pytestmark = requires_bwrap
 
 
 @pytest.fixture
-def sandbox(tmp_path):
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    (workspace / "hello.txt").write_text("hi\n")
+def sandbox():
     box = BubblewrapSandbox(command_timeout_s=5, output_limit_chars=1000)
+    workspace = box.new_workspace()
+    (workspace / "hello.txt").write_text("hi\n")
     box.start(workspace, "/testbed")
     yield box, workspace
     box.close()
@@ -109,9 +108,9 @@ def test_stdin_is_closed(sandbox):
     assert result.exit_code == 0 and not result.timed_out
 
 
-def test_close_leaves_no_process(tmp_path):
+def test_close_leaves_no_process():
     box = BubblewrapSandbox()
-    box.start(tmp_path, "/workspace")
+    box.start(box.new_workspace(), "/workspace")
     box.run("sleep 1000 &")
     pid = box._proc.pid
     box.close()
@@ -126,21 +125,20 @@ def test_bad_mount_paths_are_refused(path):
         check_mount_path(path)
 
 
-def test_clawgym_style_mount_under_private_home(tmp_path):
-    (tmp_path / "f.txt").write_text("x")
+def test_clawgym_style_mount_under_private_home():
     with BubblewrapSandbox() as box:
-        box.start(tmp_path, "/root/.openclaw/workspace")
+        workspace = box.new_workspace()
+        (workspace / "f.txt").write_text("x")
+        box.start(workspace, "/root/.openclaw/workspace")
         assert box.run("cat /root/.openclaw/workspace/f.txt").output == "x"
 
 
 def test_grader_runs_in_a_fresh_sandbox_the_agent_cannot_reach(tmp_path):
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
     grader = tmp_path / "grader"
     grader.mkdir()
     (grader / "grade.sh").write_text("cat /.harness/grader/grade.sh >/dev/null && ls /tmp | wc -l && echo 1.0\n")
     with BubblewrapSandbox() as box:
-        box.start(workspace, "/workspace")
+        box.start(box.new_workspace(), "/workspace")
         assert box.run("ls /.harness/grader 2>&1").exit_code != 0  # not visible during the episode
         box.run("touch /tmp/agent-was-here; (sleep 100; echo 0 > /workspace/x) &")
         result = box.grade([grader], "bash /.harness/grader/grade.sh", timeout_s=10)

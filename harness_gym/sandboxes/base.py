@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import hashlib
+import os
+import shutil
+import stat
+import sys
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,13 +44,16 @@ class CommandResult:
 class Sandbox(Protocol):
     """One episode's execution context.
 
-    ``start`` mounts ``workspace`` (a host directory the harness filled) at ``mount_path``;
+    ``new_workspace`` returns a fresh, empty host folder that the sandbox owns (and removes at
+    ``close``); the harness fills it with the task's files; ``start`` mounts it at ``mount_path``;
     ``run`` executes a shell command in the persistent shell; ``run_tool`` runs one of the
     harness's tool scripts with a JSON payload; ``grade`` stops the agent's processes and runs a
     grading command in a fresh context where the grader files (copied into GRADER_DIR; a folder
     contributes its contents) are visible; ``close`` removes
     every process the episode started. Implementations must be safe to ``close`` twice.
     """
+
+    def new_workspace(self) -> Path: ...
 
     def start(self, workspace: Path, mount_path: str) -> None: ...
 
@@ -82,6 +93,46 @@ def make_sandbox_factory(sandbox: str | SandboxFactory | None = None, **options:
     return lambda: constructor(**options)
 
 
+@functools.cache
 def tool_scripts_dir() -> Path:
-    """The host folder holding the harness's tool scripts, mounted read-only at TOOLS_DIR."""
-    return Path(__file__).resolve().parent.parent / "tools" / "scripts"
+    """A world-readable copy of the harness's tool scripts, mounted read-only at TOOLS_DIR.
+
+    A copy, because the installed package may sit where an unprivileged sandbox uid cannot read
+    (e.g. under /root); keyed by content, so every process and sandbox shares one.
+    """
+    source = Path(__file__).resolve().parent.parent / "tools" / "scripts"
+    digest = hashlib.sha256()
+    files = sorted(p for p in source.glob("*.py"))
+    for path in files:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    target = Path(tempfile.gettempdir()) / f"harness-gym-tools-{digest.hexdigest()[:16]}"
+    if not target.is_dir():
+        staging = Path(tempfile.mkdtemp(prefix="harness-gym-tools-staging-"))
+        for path in files:
+            shutil.copy2(path, staging / path.name)
+            os.chmod(staging / path.name, 0o644)
+        os.chmod(staging, 0o755)
+        try:
+            staging.rename(target)
+        except OSError:  # another process won the race
+            shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def remove_tree(path: Path) -> None:
+    """Delete a workspace even where the agent removed write or search permissions."""
+
+    def make_writable_and_retry(function: Any, target: str, _exc: Any) -> None:
+        parent = os.path.dirname(target)
+        for item in (parent, target):
+            with contextlib.suppress(OSError):
+                os.chmod(item, os.stat(item).st_mode | stat.S_IRWXU)
+        function(target)
+
+    try:
+        if sys.version_info >= (3, 12):
+            shutil.rmtree(path, onexc=make_writable_and_retry)
+        else:
+            shutil.rmtree(path, onerror=make_writable_and_retry)
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)

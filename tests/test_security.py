@@ -1,0 +1,248 @@
+"""Real attacks against the local sandbox. Each must be contained, and the environment must still
+work afterwards (the next command and the next episode)."""
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from harness_gym import HarnessEnv
+from harness_gym.sandboxes import isolation
+from tests.conftest import requires_bwrap
+
+pytestmark = requires_bwrap
+
+LIMITS = {"memory_mb": 512, "max_processes": 64, "max_file_mb": 64, "workspace_size_mb": 128, "tmp_size_mb": 64}
+
+
+@pytest.fixture
+def env():
+    environment = HarnessEnv("S0T0O0C0W0", sandbox_options=LIMITS, max_steps=100)
+    environment.reset(seed=0, options={"task_id": "workspace-config-update"})
+    yield environment
+    environment.close()
+
+
+def bash(env, command, timeout=None):
+    arguments = {"command": command} if timeout is None else {"command": command, "timeout": timeout}
+    obs, _, _, _, info = env.step(
+        f"<tool_call>{json.dumps({'name': 'execute_bash', 'arguments': arguments})}</tool_call>"
+    )
+    return obs["messages"][-1]["content"], info
+
+
+def still_works(env):
+    # in the same episode, background processes the agent left may still write to its terminal
+    out, info = bash(env, "echo alive && pwd")
+    assert "alive\n" in out and info["exit_codes"] == [0]
+    env.reset(seed=1, options={"task_id": "workspace-config-update"})
+    out, _ = bash(env, "cat config/app.ini | head -1")
+    assert out == "; Service configuration\n"
+
+
+def test_write_outside_the_workspace(env):
+    out, _ = bash(
+        env,
+        "for p in /etc/evil /usr/evil /evil /.harness/tools/evil; do echo x > $p 2>/dev/null && echo WROTE $p; done; true",
+    )
+    assert "WROTE" not in out
+    assert not any(Path(p).exists() for p in ("/etc/evil", "/usr/evil", "/evil"))
+    still_works(env)
+
+
+def test_read_a_secret_planted_on_the_host(env, tmp_path):
+    token = uuid.uuid4().hex
+    secrets = [
+        tmp_path / "secret.txt",
+        Path("/tmp") / f"harness-gym-secret-{token}",
+        Path.home() / f".hg-secret-{token}",
+    ]
+    try:
+        content = token[::-1].upper()  # not part of any path the agent names
+        for path in secrets:
+            path.write_text(content)
+        out, _ = bash(
+            env,
+            " ; ".join(f"cat {p} 2>&1" for p in secrets) + f"; grep -rsl {content} /tmp /root /home /etc /run; true",
+        )
+        assert content not in out.replace(f"grep -rsl {content}", "")
+    finally:
+        for path in secrets:
+            path.unlink(missing_ok=True)
+    still_works(env)
+
+
+def test_symlinks_out_of_the_workspace(env, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("HOST-SECRET")
+    out, _ = bash(env, f"ln -s {secret} leak && cat leak 2>&1; ln -s / root_link && ls root_link/work 2>&1; true")
+    assert "HOST-SECRET" not in out
+    # the harness writes its own files (the C2 summary) from inside the sandbox, so a planted link cannot redirect them
+    c2 = HarnessEnv("S0T0O0C2W0", sandbox_options=LIMITS)
+    c2.reset(seed=0)
+    target = tmp_path / "hijacked"
+    target.mkdir()
+    bash(c2, f"ln -s {target} .harness_context")
+    for _ in range(6):
+        bash(c2, "true")
+    assert list(target.iterdir()) == []
+    c2.close()
+    still_works(env)
+
+
+def test_connect_to_a_server_on_the_host_loopback(env):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(4)
+    port = server.getsockname()[1]
+    accepted = []
+
+    def accept():
+        with contextlib.suppress(OSError):
+            accepted.append(server.accept()[0])
+
+    thread = threading.Thread(target=accept)
+    thread.start()
+    out, _ = bash(
+        env,
+        f"python3 -c \"import socket; s=socket.socket(); s.settimeout(2); s.connect(('127.0.0.1', {port})); print('CONNECTED')\" 2>&1; true",
+    )
+    thread.join()
+    server.close()
+    assert "CONNECTED" not in out and accepted == []
+    still_works(env)
+
+
+def test_fork_bomb(env):
+    bash(env, ":(){ :|:& };:", timeout=5)
+    time.sleep(1.5)
+    uid = env.sandbox.uid
+    if uid is not None:
+        running = subprocess.run(["pgrep", "-c", "-U", str(uid)], capture_output=True, text=True).stdout.strip()
+        assert int(running or 0) <= LIMITS["max_processes"]
+    assert subprocess.run(["true"]).returncode == 0  # the host can still fork
+    still_works(env)
+
+
+def test_memory_bomb(env):
+    out, info = bash(env, "python3 -c 'b = bytearray(8 << 30)' 2>&1; echo status=$?", timeout=20)
+    assert "MemoryError" in out and "status=1" in out
+    out, info = bash(env, "python3 -c 'x = [bytearray(64 << 20) for _ in range(64)]' 2>&1 | tail -1", timeout=20)
+    assert "MemoryError" in out or "Killed" in out or info["exit_codes"] != [0]
+    still_works(env)
+
+
+def test_endless_output(env):
+    out, _ = bash(env, "yes", timeout=3)
+    assert "timed out" in out and "bytes of output elided" in out
+    assert len(out) < 40_000
+    still_works(env)
+
+
+def test_sleep_forever(env):
+    out, _ = bash(env, "sleep infinity", timeout=2)
+    assert "timed out after 2 s" in out
+    still_works(env)
+
+
+def test_daemon_that_tries_to_survive_reset(env):
+    marker = f"hgdaemon{uuid.uuid4().hex[:8]}"
+    bash(
+        env,
+        f"(setsid nohup bash -c 'exec -a {marker} sleep 1000' >/dev/null 2>&1 &); (nohup sleep 999 &) ; disown -a; sleep 0.3",
+    )
+    assert subprocess.run(["pgrep", "-f", marker], capture_output=True).stdout != b""
+    env.reset(seed=2)
+    assert subprocess.run(["pgrep", "-f", marker], capture_output=True).stdout == b""
+    still_works(env)
+
+
+def test_filling_the_disk(env):
+    before = os.statvfs("/tmp")
+    out, _ = bash(
+        env,
+        "dd if=/dev/zero of=big bs=1M count=4096 2>&1 | tail -1; "
+        "for i in $(seq 1 400); do head -c 1048576 /dev/zero > f$i 2>/dev/null || break; done; "
+        "du -sm . | cut -f1",
+        timeout=60,
+    )
+    used_mb = int(out.strip().splitlines()[-1])
+    capabilities = isolation.capabilities()
+    if capabilities.tmpfs_workspace:
+        assert used_mb <= LIMITS["workspace_size_mb"] + 1
+    else:
+        assert "File size limit exceeded" in out or used_mb <= LIMITS["max_file_mb"] * 401
+    after = os.statvfs("/tmp")
+    assert (before.f_bavail - after.f_bavail) * before.f_frsize < 256 << 20
+    still_works(env)
+
+
+def test_killing_the_parent_shell(env):
+    out, info = bash(env, "kill -9 $$")
+    assert "new shell was started" in out
+    out, _ = bash(env, "kill -9 -1; echo after")
+    assert "new shell was started" in out or "after" in out
+    still_works(env)
+
+
+HOSTILE = [
+    "-rf",
+    "--help",
+    "a\nb",
+    "$(touch pwned)",
+    "`touch pwned2`",
+    "semi;colon",
+    "quote'd\"",
+    " space ",
+    "ünïcødé",
+    "x" * 250,
+    ".hidden",
+    "*",
+    "back\\slash",
+]
+
+
+def test_hostile_file_names(env):
+    script = (
+        "import os\nfor n in "
+        + repr(HOSTILE)
+        + ":\n    open(n, 'w').write('x')\nos.makedirs('dir\\nwith\\nnewlines/sub', exist_ok=True)\n"
+    )
+    obs, _, _, _, info = env.step(
+        f"<tool_call>{json.dumps({'name': 'file_editor', 'arguments': {'command': 'create', 'path': 'mk.py', 'file_text': script}})}</tool_call>"
+    )
+    out, info = bash(env, "python3 mk.py && ls -1 | wc -l")
+    assert info["exit_codes"] == [0]
+    obs, _, _, _, info = env.step(
+        f"<tool_call>{json.dumps({'name': 'file_editor', 'arguments': {'command': 'view', 'path': '.'}})}</tool_call>"
+    )
+    assert info["exit_codes"] == [0] and "ünïcødé" in obs["messages"][-1]["content"]
+    assert not (env.workspace / "pwned").exists() and not (env.workspace / "pwned2").exists()
+    workspace = env.workspace
+    still_works(env)
+    assert not workspace.exists()  # the old workspace, hostile names and all, is gone
+
+
+def test_nothing_survives_close():
+    environment = HarnessEnv("S0T0O0C0W0", sandbox_options=LIMITS)
+    environment.reset(seed=0)
+    marker = f"hgclose{uuid.uuid4().hex[:8]}"
+    bash(environment, f"(exec -a {marker} sleep 1000 &); sleep 0.3")
+    workspace = environment.workspace
+    sandbox = environment.sandbox
+    uid = sandbox.uid
+    environment.close()
+    assert subprocess.run(["pgrep", "-f", marker], capture_output=True).stdout == b""
+    assert not workspace.exists()
+    if uid is not None:
+        assert subprocess.run(["pgrep", "-U", str(uid)], capture_output=True).stdout == b""
+        assert not any(isolation.CGROUP_ROOT.glob(f"*/**/{isolation.CGROUP_PREFIX}{uid}"))
+    assert all(not os.path.ismount(p) for p in Path("/tmp").glob("harness-gym-ws-*") if p == workspace)
