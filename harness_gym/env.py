@@ -24,7 +24,7 @@ from harness_gym.factors.observation import ObservationFormatter
 from harness_gym.factors.system_prompt import system_message
 from harness_gym.factors.tool_interface import ToolInterface, resample_names
 from harness_gym.factors.workflow import Workflow
-from harness_gym.sandboxes.base import Sandbox, SandboxFactory, make_sandbox_factory
+from harness_gym.sandboxes.base import Sandbox, SandboxFactory, choose_backend, create_sandbox
 from harness_gym.space import BASE_CONFIG, HarnessConfig
 from harness_gym.spaces import AssistantActionSpace, chat_observation_space
 from harness_gym.spec import compile_config, load_spec, spec_hash, validate_spec
@@ -89,7 +89,11 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             "output_limit_chars": budget.get("output_limit_chars", 30_000),
         }
         options.update(sandbox_options or {})
-        self._sandbox_factory = make_sandbox_factory(sandbox, **options)
+        self._sandbox_request = sandbox
+        self._sandbox_options = options
+        for task in self.tasks:  # fail at construction, not mid-run, when a task cannot be placed
+            choose_backend(sandbox, task.image)
+        self._sandboxes: dict[tuple[str, str | None], Sandbox] = {}
         self.summarizer = summarizer
         self.resample_names = resample_names
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -131,8 +135,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         self.formatter = ObservationFormatter(self.harness_spec, episode_rng)
         self.workflow = Workflow(self.harness_spec)
 
-        if self.sandbox is None:
-            self.sandbox = self._sandbox_factory()
+        self.sandbox = self._sandbox_for(self.task)
         self.workspace = self.sandbox.new_workspace()
         self.task.materialize(self.workspace)
         self.sandbox.start(self.workspace, self.task.mount_path)
@@ -237,11 +240,23 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
 
     def close(self) -> None:
         self._end_episode()
-        if self.sandbox is not None:
-            self.sandbox.close()
-            self.sandbox = None
+        for sandbox in self._sandboxes.values():
+            sandbox.close()
+        self._sandboxes.clear()
+        self.sandbox = None
 
     # ------------------------------------------------------------------ internals
+
+    def _sandbox_for(self, task: Task) -> Sandbox:
+        """The sandbox for this task's backend and image, created on first use and then reused."""
+        backend = choose_backend(self._sandbox_request, task.image)
+        options = dict(self._sandbox_options)
+        image = task.image or options.pop("image", None)  # the task's own image wins
+        options.pop("image", None)
+        key = (backend if isinstance(backend, str) else "custom", image if backend == "docker" else None)
+        if key not in self._sandboxes:
+            self._sandboxes[key] = create_sandbox(backend, key[1], **options)
+        return self._sandboxes[key]
 
     def _choose_task(self, task_id: str | None) -> Task:
         if task_id is not None:

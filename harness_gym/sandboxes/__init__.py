@@ -12,20 +12,26 @@ from harness_gym.sandboxes.base import (
     Sandbox,
     SandboxError,
     SandboxFactory,
-    make_sandbox_factory,
+    choose_backend,
+    create_sandbox,
     register_backend,
 )
 from harness_gym.sandboxes.bubblewrap import BubblewrapSandbox, bubblewrap_available
+from harness_gym.sandboxes.docker import DockerSandbox
+from harness_gym.sandboxes.unsafe import UnsafeHostSandbox
 
 __all__ = [
     "HARNESS_DIR",
     "TOOLS_DIR",
     "BubblewrapSandbox",
     "CommandResult",
+    "DockerSandbox",
     "Sandbox",
     "SandboxError",
     "SandboxFactory",
+    "UnsafeHostSandbox",
     "bubblewrap_available",
-    "make_sandbox_factory",
+    "choose_backend",
+    "create_sandbox",
     "register_backend",
 ]

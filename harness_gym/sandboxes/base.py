@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import inspect
 import os
 import shutil
 import stat
@@ -49,7 +50,7 @@ class Sandbox(Protocol):
     ``run`` executes a shell command in the persistent shell; ``run_tool`` runs one of the
     harness's tool scripts with a JSON payload; ``grade`` stops the agent's processes and runs a
     grading command in a fresh context where the grader files (copied into GRADER_DIR; a folder
-    contributes its contents) are visible; ``close`` removes
+    contributes its contents) are visible, with ``{grader}`` in the command replaced by that folder; ``close`` removes
     every process the episode started. Implementations must be safe to ``close`` twice.
     """
 
@@ -80,17 +81,33 @@ def register_backend(name: str, constructor: Callable[..., Sandbox]) -> None:
     _BACKENDS[name] = constructor
 
 
-def make_sandbox_factory(sandbox: str | SandboxFactory | None = None, **options: Any) -> SandboxFactory:
-    """Resolve the ``sandbox`` argument of an environment into a factory of fresh sandboxes."""
-    if sandbox is None:
-        sandbox = "bubblewrap"
-    if callable(sandbox):
-        return sandbox
-    try:
-        constructor = _BACKENDS[sandbox]
-    except KeyError:
-        raise SandboxError(f"unknown sandbox backend {sandbox!r}; available: {sorted(_BACKENDS)}") from None
-    return lambda: constructor(**options)
+DEFAULT_BACKEND = "bubblewrap"
+
+
+def choose_backend(requested: str | SandboxFactory | None, image: str | None) -> str | SandboxFactory:
+    """Which backend runs a task: the one asked for, else Docker for a task that names an image,
+    else the local default."""
+    if requested is None:
+        return "docker" if image else DEFAULT_BACKEND
+    if isinstance(requested, str) and requested not in _BACKENDS:
+        raise SandboxError(f"unknown sandbox backend {requested!r}; available: {sorted(_BACKENDS)}")
+    if image and requested != "docker" and isinstance(requested, str):
+        raise SandboxError(
+            f"the task needs the container image {image!r}, which only the 'docker' backend can run; "
+            f"use sandbox='docker' or leave sandbox unset"
+        )
+    return requested
+
+
+def create_sandbox(backend: str | SandboxFactory, image: str | None = None, **options: Any) -> Sandbox:
+    """A new sandbox of a backend (by name, or a factory you pass)."""
+    if callable(backend):
+        return backend()
+    if image:
+        options = dict(options, image=image)
+    constructor = _BACKENDS[backend]
+    accepted = inspect.signature(constructor).parameters
+    return constructor(**{k: v for k, v in options.items() if k in accepted})
 
 
 @functools.cache

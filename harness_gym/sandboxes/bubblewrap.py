@@ -195,6 +195,7 @@ class BubblewrapSandbox(ShellSandbox):
             if self._lease is not None:
                 isolation.chown_tree(Path(copy), self._lease.uid, self._lease.uid)
             argv = self._launcher() + self._bwrap_argv(binds=[("--bind", copy, GRADER_DIR)])
+            command = command.replace("{grader}", GRADER_DIR)
             argv += ["/bin/bash", "--noprofile", "--norc", "-c", self._shell_setup() + command]
             proc_env = self._env()
             proc_env.update(env or {})

@@ -33,6 +33,9 @@ class ShellSandbox(ABC):
     the shell (:meth:`_spawn_shell`), how to kill everything (:meth:`_kill_all`), and how to grade."""
 
     python = "python3"
+    # where the sandbox sees the harness's folders (a backend without mounts overrides these)
+    control_dir = CONTROL_DIR
+    tools_dir = TOOLS_DIR
 
     def __init__(self, *, command_timeout_s: float = 60.0, output_limit_chars: int = 30_000) -> None:
         self.command_timeout_s = command_timeout_s
@@ -76,7 +79,7 @@ class ShellSandbox(ABC):
         if self._control is None:
             raise SandboxError("sandbox is not started")
         (self._control / "payload.json").write_text(json.dumps(payload), encoding="utf-8")
-        command = f"command {shlex.quote(self.python)} -I -S {TOOLS_DIR}/{script} {CONTROL_DIR}/payload.json"
+        command = f"command {shlex.quote(self.python)} -I -S {self.tools_dir}/{script} {self.control_dir}/payload.json"
         return self.run(command, timeout_s)
 
     def write_file(self, path: str, content: str) -> CommandResult:
@@ -86,7 +89,7 @@ class ShellSandbox(ABC):
         (self._control / "file.dat").write_text(content, encoding="utf-8")
         quoted = shlex.quote(path)
         return self.run(
-            f'command mkdir -p -- "$(command dirname -- {quoted})" && command cat -- {CONTROL_DIR}/file.dat > {quoted}'
+            f'command mkdir -p -- "$(command dirname -- {quoted})" && command cat -- {self.control_dir}/file.dat > {quoted}'
         )
 
     # ------------------------------------------------------------------ lifecycle helpers
@@ -118,7 +121,7 @@ class ShellSandbox(ABC):
     def _send_command(self) -> None:
         marker = self._marker.decode()
         self._send(
-            f". {CONTROL_DIR}/command.sh </dev/null 2>&1\n__hg_status=$?\nprintf '\\n%s %d\\n' '{marker}' \"$__hg_status\"\n"
+            f". {self.control_dir}/command.sh </dev/null 2>&1\n__hg_status=$?\nprintf '\\n%s %d\\n' '{marker}' \"$__hg_status\"\n"
         )
 
     def _send(self, text: str) -> None:
@@ -205,10 +208,11 @@ def kill_process_group(proc: subprocess.Popen[bytes]) -> None:
     pid namespace's init, in a session of its own) before dying itself, so no zombie is left to
     a host init that may reap late.
     """
-    if proc.poll() is None:
-        for child in _children(proc.pid):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(child, 9)
+    children = _children(proc.pid) if proc.poll() is None else []
+    for child in children:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(child, 9)
+    if children:
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=2)
     if proc.poll() is None:

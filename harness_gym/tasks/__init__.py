@@ -21,7 +21,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from harness_gym.sandboxes.base import GRADER_DIR, Sandbox
+from harness_gym.sandboxes.base import Sandbox
 
 DEFAULT_GRADE_COMMAND = "python3 {grader}/grade.py"
 
@@ -44,6 +44,7 @@ class Task:
     solution: tuple[Mapping[str, Any], ...] = ()
     split: str = "train"
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    image: str | None = None  # a container image the task must run in (Docker backend)
 
     def materialize(self, destination: Path) -> None:
         """Copy the starting workspace into ``destination`` (an empty folder)."""
@@ -52,8 +53,7 @@ class Task:
 
     def grade(self, sandbox: Sandbox, env: Mapping[str, str] | None = None) -> GradeResult:
         """Stop the agent and grade the workspace in a fresh sandbox."""
-        command = self.grade_command.replace("{grader}", GRADER_DIR)
-        result = sandbox.grade(self.grader_files, command, self.grader_timeout_s, env)
+        result = sandbox.grade(self.grader_files, self.grade_command, self.grader_timeout_s, env)
         if result.timed_out:
             return GradeResult(
                 0.0, {}, result.output, f"task {self.id}: the grader timed out after {self.grader_timeout_s:g} s"
@@ -170,6 +170,7 @@ def load_task_dir(folder: Path, shared: Path | None = None) -> Task:
         solution=tuple(meta.get("solution", [])),
         split=meta["split"],
         metadata=metadata,
+        image=meta.get("image"),
     )
 
 

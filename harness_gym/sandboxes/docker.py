@@ -1,0 +1,282 @@
+"""A Docker sandbox: one container per episode from a given image, no network, memory and pids
+limits, the same persistent-shell protocol as the local sandbox.
+
+The container's lifecycle goes through the ``docker`` SDK. The interactive shell is a ``docker
+exec -i`` of the Docker CLI, because the CLI demultiplexes the attach stream into plain pipes,
+which is what the shell protocol reads. Containers carry labels naming their owner process; a
+sandbox that starts removes containers whose owner died (cleanup after a crash), and every
+container is removed on ``close()``, on garbage collection and at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import weakref
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness_gym.sandboxes.base import (
+    CONTROL_DIR,
+    GRADER_DIR,
+    TOOLS_DIR,
+    CommandResult,
+    SandboxError,
+    register_backend,
+    remove_tree,
+    tool_scripts_dir,
+)
+from harness_gym.sandboxes.bubblewrap import check_mount_path
+from harness_gym.sandboxes.shell import ShellSandbox, elide, kill_process_group
+
+LABEL = "harness-gym"
+OWNER_LABEL = "harness-gym.owner"  # "<hostname>:<pid>"
+KEEPALIVE = ["sleep", "2147483647"]
+
+
+def _owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _docker_client(docker_host: str | None) -> Any:
+    try:
+        import docker
+    except ImportError as exc:
+        raise SandboxError("the Docker sandbox needs the docker SDK: pip install 'harness-gym[docker]'") from exc
+    try:
+        client = docker.DockerClient(base_url=docker_host) if docker_host else docker.from_env()
+        client.ping()
+    except Exception as exc:  # the SDK raises several unrelated types for an absent daemon
+        where = docker_host or os.environ.get("DOCKER_HOST", "the default socket")
+        raise SandboxError(
+            f"cannot reach a Docker engine at {where}: {exc}. Start dockerd or set DOCKER_HOST."
+        ) from exc
+    return client
+
+
+def remove_orphaned_containers(client: Any) -> int:
+    """Remove harness-gym containers of dead owner processes on this host. Returns how many."""
+    host = socket.gethostname()
+    removed = 0
+    for container in client.containers.list(all=True, filters={"label": LABEL}):
+        owner = container.labels.get(OWNER_LABEL, "")
+        owner_host, _, pid = owner.rpartition(":")
+        if owner_host != host or not pid.isdigit() or _alive(int(pid)):
+            continue
+        with contextlib.suppress(Exception):
+            container.remove(force=True)
+            removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class DockerSandbox(ShellSandbox):
+    """A persistent shell in a container of ``image``.
+
+    Args:
+        image: the image to run (must provide ``sh`` and ``sleep``; ``python3`` for file tools).
+        memory_mb, max_processes: the container's memory and pids limits.
+        cpus: optional CPU quota (e.g. 1.0).
+        shell: the shell to run (``/bin/sh`` works with busybox; ``/bin/bash`` where available).
+        docker_host: the engine's address (default: ``DOCKER_HOST`` or the default socket).
+    """
+
+    def __init__(
+        self,
+        image: str | None = None,
+        *,
+        command_timeout_s: float = 60.0,
+        output_limit_chars: int = 30_000,
+        memory_mb: int = 4096,
+        max_processes: int = 512,
+        cpus: float | None = None,
+        shell: str = "/bin/sh",
+        python: str = "python3",
+        docker_host: str | None = None,
+        workspace_root: str | Path | None = None,
+    ) -> None:
+        super().__init__(command_timeout_s=command_timeout_s, output_limit_chars=output_limit_chars)
+        if not image:
+            raise SandboxError(
+                "the Docker sandbox needs an image: sandbox_options={'image': 'name:tag'} or a task image"
+            )
+        if shutil.which("docker") is None:
+            raise SandboxError("the Docker sandbox needs the docker command-line client on PATH")
+        self.image = image
+        self.memory_mb = memory_mb
+        self.max_processes = max_processes
+        self.cpus = cpus
+        self.shell = shell
+        self.python = python
+        self.docker_host = docker_host or os.environ.get("DOCKER_HOST")
+        self.workspace_root = workspace_root
+        self.client = _docker_client(self.docker_host)
+        remove_orphaned_containers(self.client)
+        self.container: Any = None
+        self.workspace: Path | None = None
+        self._mount_path = ""
+        self._state: dict[str, Any] = {}
+        weakref.finalize(self, _finalize, self._state)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def new_workspace(self) -> Path:
+        self._release_workspace()
+        self.workspace = Path(tempfile.mkdtemp(prefix="harness-gym-ws-", dir=self.workspace_root))
+        self._state["workspace"] = self.workspace
+        return self.workspace
+
+    def start(self, workspace: Path, mount_path: str) -> None:
+        self._stop()
+        self.workspace = Path(workspace).resolve()
+        self._state["workspace"] = self.workspace
+        self._mount_path = check_mount_path(mount_path)
+        self._open_control()
+        self._state["control"] = self._control
+        self.container = self._run_container(KEEPALIVE, extra_volumes={})
+        self._state["container"] = self.container
+        self._start_shell()
+
+    def close(self) -> None:
+        self._stop()
+        self._release_workspace()
+
+    def __enter__(self) -> DockerSandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def grade(
+        self, grader_files: Sequence[Path], command: str, timeout_s: float, env: Mapping[str, str] | None = None
+    ) -> CommandResult:
+        """Remove the agent's container, then grade in a fresh container that also sees the grader files."""
+        import time
+
+        if self.workspace is None:
+            raise SandboxError("sandbox is not started")
+        self._stop()
+        with tempfile.TemporaryDirectory(prefix="harness-gym-grader-") as copy:
+            for source in grader_files:
+                if Path(source).is_dir():
+                    shutil.copytree(source, copy, dirs_exist_ok=True)
+                else:
+                    shutil.copy2(source, copy)
+            started = time.perf_counter()
+            script = command.replace("{grader}", GRADER_DIR)
+            container = self._run_container(
+                [self.shell, "-c", script], extra_volumes={copy: GRADER_DIR}, environment=dict(env or {})
+            )
+            try:
+                status = container.wait(timeout=timeout_s)["StatusCode"]
+                timed_out = False
+            except Exception:  # requests' ReadTimeout, surfaced through the SDK
+                status, timed_out = None, True
+            output = b"" if timed_out else container.logs(stdout=True, stderr=True)
+            with contextlib.suppress(Exception):
+                container.remove(force=True)
+            text, elided = elide(output, self.output_limit_chars)
+            return CommandResult(text, status, time.perf_counter() - started, timed_out=timed_out, elided_chars=elided)
+
+    # ------------------------------------------------------------------ ShellSandbox
+
+    def _spawn_shell(self) -> subprocess.Popen[bytes]:
+        env = dict(os.environ)
+        if self.docker_host:
+            env["DOCKER_HOST"] = self.docker_host
+        argv = ["docker", "exec", "-i", "-w", self._mount_path, self.container.id, self.shell]
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+            bufsize=0,
+        )
+
+    def _kill_all(self) -> None:
+        """Kill the exec'd shell and every process in the container except its keep-alive init."""
+        if self._proc is not None:
+            kill_process_group(self._proc)
+            self._proc = None
+        if self.container is not None:
+            with contextlib.suppress(Exception):
+                self.container.exec_run(["kill", "-9", "-1"])
+
+    # ------------------------------------------------------------------ internals
+
+    def _run_container(
+        self, command: list[str], extra_volumes: Mapping[str, str], environment: Mapping[str, str] | None = None
+    ) -> Any:
+        assert self.workspace is not None
+        volumes = {
+            str(self.workspace): {"bind": self._mount_path, "mode": "rw"},
+            str(tool_scripts_dir()): {"bind": TOOLS_DIR, "mode": "ro"},
+        }
+        if self._control is not None:
+            volumes[str(self._control)] = {"bind": CONTROL_DIR, "mode": "ro"}
+        for host, inside in extra_volumes.items():
+            volumes[host] = {"bind": inside, "mode": "rw"}
+        options: dict[str, Any] = {
+            "detach": True,
+            "network_mode": "none",
+            "mem_limit": f"{self.memory_mb}m",
+            "memswap_limit": f"{self.memory_mb}m",
+            "pids_limit": self.max_processes,
+            "labels": {LABEL: "1", OWNER_LABEL: _owner()},
+            "volumes": volumes,
+            "working_dir": self._mount_path,
+            "environment": {"HOME": "/root", "LANG": "C.UTF-8", "TERM": "dumb", **(environment or {})},
+        }
+        if self.cpus:
+            options["nano_cpus"] = int(self.cpus * 1e9)
+        try:
+            return self.client.containers.run(self.image, command, **options)
+        except Exception as exc:
+            raise SandboxError(f"cannot start a container from image {self.image!r}: {exc}") from exc
+
+    def _stop(self) -> None:
+        if self._proc is not None:
+            kill_process_group(self._proc)
+            self._proc = None
+        if self.container is not None:
+            with contextlib.suppress(Exception):
+                self.container.remove(force=True)
+            self.container = None
+        self._state["container"] = None
+        self._close_control()
+        self._state["control"] = None
+
+    def _release_workspace(self) -> None:
+        if self.workspace is not None:
+            remove_tree(self.workspace)
+            self.workspace = None
+        self._state["workspace"] = None
+
+
+def _finalize(state: dict[str, Any]) -> None:
+    container = state.get("container")
+    if container is not None:
+        with contextlib.suppress(Exception):
+            container.remove(force=True)
+    for key in ("control", "workspace"):
+        if state.get(key) is not None:
+            remove_tree(Path(state[key]))
+
+
+register_backend("docker", DockerSandbox)

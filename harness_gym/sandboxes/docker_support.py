@@ -1,0 +1,174 @@
+"""Docker without a registry: a private engine and an image built from this host's own files.
+
+Tests and benchmarks need a Docker engine and an image, and no registry is reachable on every
+machine. :class:`PrivateDockerEngine` starts ``dockerd`` on a private socket (no bridge, no
+iptables) and stops it by PID; :func:`build_local_image` imports a small root filesystem made of
+the host's busybox (``busybox-static``) and, optionally, Debian's ``python3`` with its standard
+library, enough for the harness's tool scripts and graders.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+from harness_gym.sandboxes.base import SandboxError
+
+BUSYBOX = "/bin/busybox"
+PYTHON = "/usr/bin/python3"
+
+
+class PrivateDockerEngine:
+    """``dockerd`` on a private socket under a temporary folder; a context manager."""
+
+    def __init__(self, root: str | Path | None = None, start_timeout_s: float = 60.0) -> None:
+        if shutil.which("dockerd") is None:
+            raise SandboxError("dockerd is not installed (Debian/Ubuntu: apt-get install -y docker.io)")
+        if os.geteuid() != 0:
+            raise SandboxError("starting a private dockerd needs root")
+        self.root = Path(root or tempfile.mkdtemp(prefix="harness-gym-dockerd-"))
+        self.host = f"unix://{self.root}/docker.sock"
+        self.start_timeout_s = start_timeout_s
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> str:
+        log = open(self.root / "dockerd.log", "wb")  # noqa: SIM115 (kept open for the daemon's life)
+        self.process = subprocess.Popen(
+            [
+                "dockerd",
+                "--data-root",
+                str(self.root / "data"),
+                "--exec-root",
+                str(self.root / "exec"),
+                "--pidfile",
+                str(self.root / "docker.pid"),
+                "-H",
+                self.host,
+                "--bridge=none",
+                "--iptables=false",
+                "--ip6tables=false",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise SandboxError(f"dockerd exited: {(self.root / 'dockerd.log').read_text()[-2000:]}")
+            probe = subprocess.run(["docker", "-H", self.host, "version"], capture_output=True)
+            if probe.returncode == 0:
+                return self.host
+            time.sleep(0.3)
+        self.stop()
+        raise SandboxError(f"dockerd did not answer within {self.start_timeout_s:g} s")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.process = None
+        subprocess.run(["umount", "-R", "-l", str(self.root / "data")], capture_output=True)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def __enter__(self) -> PrivateDockerEngine:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _libraries(binary: str) -> list[str]:
+    out = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout
+    paths = []
+    for line in out.splitlines():
+        parts = line.split()
+        for part in parts:
+            if part.startswith("/") and os.path.exists(part):
+                paths.append(part)
+    return paths
+
+
+def build_local_image(
+    tag: str = "harness-gym-local:latest", *, with_python: bool = True, docker_host: str | None = None
+) -> str:
+    """Import an image made of this host's busybox (and Debian python3). Returns the tag."""
+    if not os.path.exists(BUSYBOX):
+        raise SandboxError(f"{BUSYBOX} not found (Debian/Ubuntu: apt-get install -y busybox-static)")
+    if with_python and not os.path.exists(PYTHON):
+        raise SandboxError(f"{PYTHON} not found (Debian/Ubuntu: apt-get install -y python3)")
+    applets = subprocess.run([BUSYBOX, "--list"], capture_output=True, text=True, check=True).stdout.split()
+    with tempfile.TemporaryDirectory(prefix="harness-gym-image-") as folder:
+        tar_path = Path(folder) / "rootfs.tar"
+        with tarfile.open(tar_path, "w") as tar:
+
+            def add_dir(name: str, mode: int = 0o755) -> None:
+                info = tarfile.TarInfo(name)
+                info.type, info.mode = tarfile.DIRTYPE, mode
+                tar.addfile(info)
+
+            for name in ("bin", "etc", "tmp", "root", "usr", "usr/bin", "proc", "sys", "dev"):
+                add_dir(name, 0o1777 if name == "tmp" else 0o755)
+            tar.add(BUSYBOX, "bin/busybox")
+            for applet in applets:
+                if applet != "busybox":
+                    link = tarfile.TarInfo(f"bin/{applet}")
+                    link.type, link.linkname = tarfile.SYMTYPE, "busybox"
+                    tar.addfile(link)
+            passwd = b"root:x:0:0:root:/root:/bin/sh\n"
+            info = tarfile.TarInfo("etc/passwd")
+            info.size = len(passwd)
+            import io
+
+            tar.addfile(info, io.BytesIO(passwd))
+            if with_python:
+                real = os.path.realpath(PYTHON)
+                tar.add(real, real.lstrip("/"))
+                link = tarfile.TarInfo("usr/bin/python3")
+                link.type, link.linkname = tarfile.SYMTYPE, os.path.basename(real)
+                tar.addfile(link)
+                for library in _libraries(real):
+                    tar.add(os.path.realpath(library), library.lstrip("/"))
+                version = os.path.basename(real).replace("python", "")
+                stdlib = f"/usr/lib/python{version}"
+
+                def keep(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
+                    skip = ("/test/", "/__pycache__", "/idlelib", "/tkinter", "/ensurepip", "/lib2to3")
+                    return None if any(s in "/" + member.name + "/" for s in skip) else member
+
+                tar.add(stdlib, stdlib.lstrip("/"), filter=keep)
+        env = dict(os.environ)
+        if docker_host:
+            env["DOCKER_HOST"] = docker_host
+        result = subprocess.run(["docker", "import", str(tar_path), tag], capture_output=True, text=True, env=env)
+        if result.returncode != 0:
+            raise SandboxError(f"docker import failed: {result.stderr.strip()}")
+    return tag
+
+
+@contextlib.contextmanager
+def local_docker(tag: str = "harness-gym-local:latest"):  # type: ignore[no-untyped-def]
+    """An engine (the one at DOCKER_HOST if it answers, else a private one) and a local image."""
+    engine = None
+    host = os.environ.get("DOCKER_HOST")
+    reachable = host is not None and subprocess.run(["docker", "version"], capture_output=True).returncode == 0
+    if not reachable:
+        engine = PrivateDockerEngine()
+        host = engine.start()
+    try:
+        yield host, build_local_image(tag, docker_host=host)
+    finally:
+        if engine is not None:
+            engine.stop()

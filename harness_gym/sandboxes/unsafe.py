@@ -1,0 +1,129 @@
+"""NO ISOLATION: a persistent shell directly on the host, for machines with neither bubblewrap
+nor Docker. The agent can read, change and delete anything the current user can.
+
+It refuses to start unless explicitly allowed: ``sandbox="unsafe-host"`` together with
+``sandbox_options={"allow_unsandboxed": True}`` or the environment variable
+``HARNESS_GYM_ALLOW_UNSANDBOXED=1``, and it warns at every start. The workspace is made visible at
+the task's mount path through a symbolic link, which must not exist yet.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from harness_gym.sandboxes.base import CommandResult, SandboxError, register_backend, remove_tree, tool_scripts_dir
+from harness_gym.sandboxes.shell import ShellSandbox, kill_process_group, run_oneshot
+
+ALLOW_VARIABLE = "HARNESS_GYM_ALLOW_UNSANDBOXED"
+
+
+class UnsandboxedHostWarning(UserWarning):
+    """Agent commands are running on the host without any isolation."""
+
+
+class UnsafeHostSandbox(ShellSandbox):
+    """A shell on the host itself. Never use it for untrusted agents."""
+
+    def __init__(
+        self,
+        *,
+        allow_unsandboxed: bool = False,
+        command_timeout_s: float = 60.0,
+        output_limit_chars: int = 30_000,
+        python: str = "python3",
+        workspace_root: str | Path | None = None,
+    ) -> None:
+        if not (allow_unsandboxed or os.environ.get(ALLOW_VARIABLE) == "1"):
+            raise SandboxError(
+                "the 'unsafe-host' backend runs agent commands on this machine WITHOUT ANY ISOLATION and is off by "
+                f"default. Install bubblewrap or use Docker; to run unsandboxed anyway, set {ALLOW_VARIABLE}=1 or "
+                "pass sandbox_options={'allow_unsandboxed': True}."
+            )
+        super().__init__(command_timeout_s=command_timeout_s, output_limit_chars=output_limit_chars)
+        self.python = python
+        self.workspace_root = workspace_root
+        self.workspace: Path | None = None
+        self._link: Path | None = None
+        self.tools_dir = str(tool_scripts_dir())
+
+    def new_workspace(self) -> Path:
+        self._release_workspace()
+        self.workspace = Path(tempfile.mkdtemp(prefix="harness-gym-ws-", dir=self.workspace_root))
+        return self.workspace
+
+    def start(self, workspace: Path, mount_path: str) -> None:
+        warnings.warn(
+            f"agent commands run on the host WITHOUT ISOLATION ({ALLOW_VARIABLE})", UnsandboxedHostWarning, stacklevel=2
+        )
+        self._stop()
+        self.workspace = Path(workspace).resolve()
+        link = Path(mount_path)
+        if link.exists() or link.is_symlink():
+            raise SandboxError(
+                f"unsafe-host: {mount_path} already exists on this machine; it cannot show the workspace there"
+            )
+        try:
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(self.workspace, target_is_directory=True)
+        except OSError as exc:
+            raise SandboxError(f"unsafe-host: cannot link {mount_path} to the workspace: {exc}") from exc
+        self._link = link
+        self._mount_path = mount_path
+        self.control_dir = str(self._open_control())
+        self._start_shell()
+
+    def close(self) -> None:
+        self._stop()
+        self._release_workspace()
+
+    def grade(
+        self, grader_files: Sequence[Path], command: str, timeout_s: float, env: Mapping[str, str] | None = None
+    ) -> CommandResult:
+        self._kill_all()
+        with tempfile.TemporaryDirectory(prefix="harness-gym-grader-") as copy:
+            for source in grader_files:
+                if Path(source).is_dir():
+                    shutil.copytree(source, copy, dirs_exist_ok=True)
+                else:
+                    shutil.copy2(source, copy)
+            script = f"cd {self._mount_path} && " + command.replace("{grader}", copy)
+            return run_oneshot(
+                ["/bin/bash", "-c", script], timeout_s, self.output_limit_chars, {**os.environ, **(env or {})}
+            )
+
+    def _spawn_shell(self) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            ["/bin/bash", "--noprofile", "--norc"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=self._mount_path,
+            bufsize=0,
+        )
+
+    def _kill_all(self) -> None:
+        if self._proc is not None:
+            kill_process_group(self._proc)
+            self._proc = None
+
+    def _stop(self) -> None:
+        self._kill_all()
+        self._close_control()
+        if self._link is not None:
+            self._link.unlink(missing_ok=True)
+            self._link = None
+
+    def _release_workspace(self) -> None:
+        if self.workspace is not None:
+            remove_tree(self.workspace)
+            self.workspace = None
+
+
+register_backend("unsafe-host", UnsafeHostSandbox)
