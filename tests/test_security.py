@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness_gym import HarnessEnv
-from harness_gym.sandboxes import isolation
+from harness_gym.sandboxes import BubblewrapSandbox, isolation
 from tests.conftest import requires_bwrap
 
 pytestmark = requires_bwrap
@@ -247,3 +247,15 @@ def test_nothing_survives_close():
         assert subprocess.run(["pgrep", "-U", str(uid)], capture_output=True).stdout == b""
         assert not any(isolation.CGROUP_ROOT.glob(f"*/**/{isolation.CGROUP_PREFIX}{uid}"))
     assert str(workspace) not in Path("/proc/self/mounts").read_text()
+
+
+def test_cpu_time_and_open_file_limits():
+    with BubblewrapSandbox(cpu_time_s=1, max_open_files=64, command_timeout_s=20) as box:
+        box.start(box.new_workspace(), "/workspace")
+        burn = box.run("python3 -c 'while True: pass'; echo status=$?")
+        # stopped by the CPU limit (SIGXCPU or SIGKILL at the hard limit), long before the wall-clock limit
+        assert ("status=152" in burn.output or "status=137" in burn.output) and not burn.timed_out
+        assert burn.duration_s < 5
+        files = box.run("python3 -c \"import os; [open('/dev/null') for _ in range(200)]\" 2>&1 | tail -1")
+        assert "Too many open files" in files.output
+        assert box.run("echo fine").output == "fine\n"
