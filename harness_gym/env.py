@@ -24,6 +24,7 @@ from harness_gym.factors.observation import ObservationFormatter
 from harness_gym.factors.system_prompt import system_message
 from harness_gym.factors.tool_interface import ToolInterface, resample_names
 from harness_gym.factors.workflow import Workflow
+from harness_gym.hooks import CallRecord, EpisodeState, HookRunner, classify
 from harness_gym.sandboxes.base import Sandbox, SandboxFactory, choose_backend, create_sandbox
 from harness_gym.space import BASE_CONFIG, HarnessConfig
 from harness_gym.spaces import AssistantActionSpace, chat_observation_space
@@ -31,7 +32,7 @@ from harness_gym.spec import compile_config, load_spec, spec_hash, validate_spec
 from harness_gym.summarizers import Summarizer
 from harness_gym.tasks import Task, load_tasks
 from harness_gym.tool_calls import ActionError, ToolCall, coerce_arguments, parse_action
-from harness_gym.tools import ToolContext, run_tool
+from harness_gym.tools import LIBRARY_PREFIX, ToolContext, run_tool
 
 Message = dict[str, Any]
 
@@ -49,6 +50,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         max_steps: override the spec's step budget.
         summarizer: the context summariser (default: deterministic, no model).
         resample_names: re-draw tool aliases / opaque identifiers every episode.
+        include_skills: show the spec's skills (training); evaluation turns them off.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 0}
@@ -65,6 +67,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         max_steps: int | None = None,
         summarizer: Summarizer | None = None,
         resample_names: bool = False,
+        include_skills: bool = True,
         render_mode: str | None = None,
     ) -> None:
         if spec is None:
@@ -96,6 +99,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         self._sandboxes: dict[tuple[str, str | None], Sandbox] = {}
         self.summarizer = summarizer
         self.resample_names = resample_names
+        self.include_skills = include_skills
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
         self.render_mode = render_mode
@@ -141,11 +145,20 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         self.sandbox.start(self.workspace, self.task.mount_path)
         self.context = ContextManager(self.harness_spec, self.summarizer, self.sandbox.write_file, self.task.mount_path)
 
+        if any(_is_library(t.implementation) for t in self.tool_interface.tools.values()):
+            self.sandbox.run_tool("library.py", {"op": "snapshot", "args": {}, "root": self.task.mount_path})
+        budget = self.harness_spec["budget"]
+        self.hooks = HookRunner(self.harness_spec.get("hooks", []))
+        self.hook_state = EpisodeState(
+            max_steps=budget["max_steps"], context_limit_chars=budget.get("context_limit_chars", 0)
+        )
         self.messages = [
             system_message(self.harness_spec),
             {"role": "user", "content": self.task.instruction, "source": "task"},
             *self.workflow.initial_messages(),
+            *self._skill_messages(),
         ]
+        self.messages += [f.as_message() for f in self.hooks.run("episode_start", self.hook_state)]
         self.transcript = [dict(m) for m in self.messages]
         self.records = []
         self.steps = 0
@@ -171,9 +184,11 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             exit_codes=[],
             durations=[],
             workflow_feedback=[],
+            hooks_fired=[],
         )
         sandbox_s = 0.0
         terminated = False
+        hook_messages: list[Message] = []
 
         blocked = self.workflow.gate(parsed.text, bool(parsed.calls))
         if blocked is not None:
@@ -197,15 +212,26 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
                 if call.error:
                     responses.append(_tool_message(call, f"Error: {call.error}", "tool"))
                     continue
-                answer, finished, seconds = self._run_call(call, record, info)
+                answer, source, finished, seconds = self._run_call(call, record, info, hook_messages)
                 sandbox_s += seconds
                 terminated = terminated or finished
-                responses.append(_tool_message(call, answer, "tool"))
+                responses.append(_tool_message(call, answer, source))
+        responses += hook_messages  # after every tool message, so the chat protocol stays valid
 
         truncated = False
         if not terminated:
             responses += self.workflow.after_step(self.steps)
-            if self.steps >= self.harness_spec["budget"]["max_steps"]:
+            self.hook_state.step = self.steps
+            self.hook_state.context_chars = sum(len(m["content"]) for m in self.messages) + sum(
+                len(m["content"]) for m in (assistant, *responses)
+            )
+            for firing in self.hooks.run("step", self.hook_state) + self.hooks.run("budget", self.hook_state):
+                responses.append(firing.as_message())
+                info["hooks_fired"].append(firing.hook)
+                if firing.stop_episode and not truncated:
+                    truncated = True
+                    info["truncation_reason"] = f"stopped by hook {firing.hook}"
+            if not truncated and self.steps >= self.harness_spec["budget"]["max_steps"]:
                 truncated = True
                 info["truncation_reason"] = f"step budget of {self.harness_spec['budget']['max_steps']} steps exhausted"
         self.messages = [*self.messages, assistant, *responses]
@@ -268,8 +294,10 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
                 ) from None
         return self.tasks[int(self.np_random.integers(len(self.tasks)))]
 
-    def _run_call(self, call: ToolCall, record: TurnRecord, info: dict[str, Any]) -> tuple[str, bool, float]:
-        """Resolve, validate and run one call. Returns the answer text, finished, sandbox seconds."""
+    def _run_call(
+        self, call: ToolCall, record: TurnRecord, info: dict[str, Any], hook_messages: list[Message]
+    ) -> tuple[str, str, bool, float]:
+        """Resolve, validate and run one call; let hooks react. Returns answer, source, finished, seconds."""
         assert self.sandbox is not None and self.task is not None
         tool = self.tool_interface.tools.get(call.name)
         arguments = (
@@ -281,7 +309,16 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         if tool is None:
             info["tool_errors"].append(error)
             record.calls.append({"name": call.name, "arguments": arguments, "exit_code": None, "output": error})
-            return error or "", False, 0.0
+            self._after_call(
+                CallRecord(self.steps, call.name, call.name, arguments, None, True, False, False), info, hook_messages
+            )
+            return error or "", "tool", False, 0.0
+        if tool.implementation == "finish":
+            self.hook_state.step = self.steps
+            blocking = [f for f in self.hooks.run("before_finish", self.hook_state) if f.block_finish]
+            if blocking:
+                info["hooks_fired"] += [f.hook for f in blocking]
+                return "\n".join(f.message for f in blocking), "hook", False, 0.0
         context = ToolContext(
             self.sandbox,
             self.task.mount_path,
@@ -301,6 +338,15 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
                 "output": result.output,
             }
         )
+        is_edit, is_check = classify(tool.implementation, tool.canonical, tool.tags, arguments)
+        failed = result.exit_code not in (0, None) or (result.exit_code is None and result.ran_command)
+        self._after_call(
+            CallRecord(
+                self.steps, tool.name, tool.canonical, dict(arguments), result.exit_code, failed, is_edit, is_check
+            ),
+            info,
+            hook_messages,
+        )
         answer = self.formatter.format(
             result.output,
             tool=tool.name,
@@ -309,7 +355,25 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             duration_ms=result.duration_s * 1000,
             step=self.steps,
         )
-        return answer, result.finished, result.duration_s
+        return answer, "tool", result.finished, result.duration_s
+
+    def _after_call(self, call: CallRecord, info: dict[str, Any], hook_messages: list[Message]) -> None:
+        self.hook_state.step = self.steps
+        self.hook_state.calls.append(call)
+        firings = self.hooks.run("tool_call", self.hook_state, call)
+        if call.error:
+            firings += self.hooks.run("tool_error", self.hook_state, call)
+        info["hooks_fired"] += [f.hook for f in firings]
+        hook_messages += [f.as_message() for f in firings]
+
+    def _skill_messages(self) -> list[Message]:
+        skills = self.harness_spec.get("skills") or []
+        if not skills or not self.include_skills:
+            return []
+        text = "Skills from earlier practice; apply one when its situation arises:\n" + "\n".join(
+            f"- {k}" for k in skills
+        )
+        return [{"role": "user", "content": text, "source": "skill"}]
 
     def _no_call_feedback(self) -> str:
         names = ", ".join(sorted(self.tool_interface.tools))
@@ -335,6 +399,10 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             self.sandbox.close()  # also removes the workspace
         self.workspace = None
         self.done = True
+
+
+def _is_library(implementation: Any) -> bool:
+    return isinstance(implementation, str) and implementation.startswith(LIBRARY_PREFIX)
 
 
 def _copy_message(message: Message) -> Message:

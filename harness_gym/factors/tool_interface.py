@@ -89,9 +89,10 @@ class BoundTool:
 
     name: str
     canonical: str
-    implementation: str
+    implementation: Any  # a name, "library:<op>", {"command": ...} or {"python": ...}
     description: str
     parameters: dict[str, Any]
+    tags: tuple[str, ...] = ()
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI function schema the agent sees."""
@@ -124,10 +125,14 @@ class ToolInterface:
                 entry["implementation"],
                 entry["description"],
                 entry["parameters"],
+                tuple(entry.get("tags", ())),
             )
             self.tools[tool.name] = tool
             self._validators[tool.name] = _validator(json.dumps(tool.parameters, sort_keys=True))
-        self.finish_name = next(t.name for t in self.tools.values() if t.implementation == "finish")
+        finishing = [t.name for t in self.tools.values() if t.implementation == "finish"]
+        if len(finishing) != 1:
+            raise ValueError(f"a harness needs exactly one finishing tool, this one has {len(finishing)}")
+        self.finish_name = finishing[0]
         self._schemas = [t.schema() for t in self.tools.values()]
 
     def schemas(self) -> list[dict[str, Any]]:

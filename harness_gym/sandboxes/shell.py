@@ -82,6 +82,17 @@ class ShellSandbox(ABC):
         command = f"command {shlex.quote(self.python)} -I -S {self.tools_dir}/{script} {self.control_dir}/payload.json"
         return self.run(command, timeout_s)
 
+    def run_inline(self, source: str, payload: Mapping[str, Any], timeout_s: float | None = None) -> CommandResult:
+        """Run a spec's inline Python tool ``source`` inside the sandbox with a JSON payload file."""
+        if self._control is None:
+            raise SandboxError("sandbox is not started")
+        (self._control / "inline_tool.py").write_text(source, encoding="utf-8")
+        (self._control / "payload.json").write_text(json.dumps(payload), encoding="utf-8")
+        command = (
+            f"command {shlex.quote(self.python)} -I {self.control_dir}/inline_tool.py {self.control_dir}/payload.json"
+        )
+        return self.run(command, timeout_s)
+
     def write_file(self, path: str, content: str) -> CommandResult:
         """Write a file from inside the sandbox (so a symlink planted by the agent cannot escape)."""
         if self._control is None:

@@ -6,6 +6,9 @@ A spec's tool names an ``implementation``; this module maps it to behaviour. New
 
 from __future__ import annotations
 
+import json
+import re
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -44,13 +47,45 @@ def register_implementation(name: str, function: Implementation) -> None:
     _IMPLEMENTATIONS[name] = function
 
 
-def run_tool(implementation: str, arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
-    """Run one validated tool call."""
+LIBRARY_PREFIX = "library:"
+
+
+def run_tool(implementation: str | Mapping[str, Any], arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
+    """Run one validated tool call.
+
+    ``implementation`` is a registered name (``bash``, ``file_editor``, ``finish``, ``unavailable``),
+    ``library:<op>`` (the in-sandbox tool library), ``{"command": template}`` (a shell command whose
+    ``{argument}`` placeholders are filled with shell-quoted values) or ``{"python": source}`` (a
+    script run in the sandbox with the arguments as JSON in ``sys.argv[1]``).
+    """
+    if isinstance(implementation, Mapping):
+        if "command" in implementation:
+            command = _fill_template(implementation["command"], arguments)
+            return _from_command(context.sandbox.run(command, timeout_s=context.command_timeout_s))
+        payload = {"args": dict(arguments), "root": context.mount_path}
+        return _from_command(context.sandbox.run_inline(implementation["python"], payload, context.command_timeout_s))
+    if implementation.startswith(LIBRARY_PREFIX):
+        payload = {"op": implementation[len(LIBRARY_PREFIX) :], "args": dict(arguments), "root": context.mount_path}
+        return _from_command(context.sandbox.run_tool("library.py", payload, timeout_s=context.command_timeout_s))
     try:
         function = _IMPLEMENTATIONS[implementation]
     except KeyError:
         return ToolResult(f"Error: tool {context.tool_name} has no implementation {implementation!r}.", None)
     return function(arguments, context)
+
+
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
+
+
+def _fill_template(template: str, arguments: Mapping[str, Any]) -> str:
+    """Fill ``{name}`` placeholders with shell-quoted argument values (missing ones become '')."""
+
+    def value(match: re.Match[str]) -> str:
+        item = arguments.get(match.group(1), "")
+        text = item if isinstance(item, str) else json.dumps(item)
+        return shlex.quote(text)
+
+    return _PLACEHOLDER.sub(value, template)
 
 
 def _from_command(result: CommandResult) -> ToolResult:
