@@ -28,7 +28,7 @@ from harness_gym.hooks import CallRecord, EpisodeState, HookRunner, classify
 from harness_gym.sandboxes.base import Sandbox, SandboxFactory, choose_backend, create_sandbox
 from harness_gym.space import BASE_CONFIG, HarnessConfig
 from harness_gym.spaces import AssistantActionSpace, chat_observation_space
-from harness_gym.spec import compile_config, load_spec, spec_hash, validate_spec
+from harness_gym.spec import compile_config, load_spec, resolve_spec, spec_hash, validate_spec
 from harness_gym.summarizers import Summarizer
 from harness_gym.tasks import Task, load_tasks
 from harness_gym.tool_calls import ActionError, ToolCall, coerce_arguments, parse_action
@@ -75,7 +75,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         elif isinstance(spec, (str, Path)):
             self.harness_spec = load_spec(spec)
         else:
-            self.harness_spec = copy.deepcopy(dict(spec))
+            self.harness_spec = resolve_spec(spec)
             validate_spec(self.harness_spec)
         if tool_call_format is not None:
             self.harness_spec["tool_call_format"] = tool_call_format
@@ -195,6 +195,8 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             info["workflow_feedback"].append(blocked)
             record.feedback.append(blocked)
             responses += [_tool_message(c, blocked, "workflow") for c in parsed.calls]
+        elif not parsed.calls and self.tool_interface.stop_when_no_tool_call:
+            terminated = True  # chat-style harnesses: a reply without a tool call ends the session
         elif not parsed.calls:
             note = self._no_call_feedback()
             info["workflow_feedback"].append(note)
@@ -241,7 +243,10 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         reward = 0.0
         info["context_reset"] = False
         if terminated or truncated:
-            info["terminated_reason"] = "finish tool called" if terminated else "truncated"
+            if terminated:
+                info["terminated_reason"] = "finish tool called" if parsed.calls else "replied without a tool call"
+            else:
+                info["terminated_reason"] = "truncated"
             grading_started = time.perf_counter()
             result = self.task.grade(self.sandbox)
             sandbox_s += time.perf_counter() - grading_started
@@ -435,3 +440,13 @@ def _arguments_text(call: ToolCall) -> str:
 
 def _tool_message(call: ToolCall, content: str, source: str) -> Message:
     return {"role": "tool", "content": content, "source": source, "tool_call_id": call.id, "name": call.name}
+
+
+def make_spec_env(spec: Mapping[str, Any] | str | Path | None = None, **kwargs: Any) -> HarnessEnv:
+    """Entry point of ``gym.make("HarnessAdapt", spec=...)``: any spec file or mapping as an environment."""
+    if spec is None:
+        raise ValueError(
+            'HarnessAdapt needs a harness spec: gym.make("HarnessAdapt", spec="path/to/spec.yaml") '
+            "or a spec mapping; presets are registered as HarnessAdapt-H0/H1/H2"
+        )
+    return HarnessEnv(spec=spec, **kwargs)

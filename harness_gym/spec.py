@@ -78,12 +78,109 @@ def load_variant_file(name: str) -> dict[str, Any]:
 
 
 def load_spec(path: str | Path) -> dict[str, Any]:
-    """Load and validate a spec from a YAML or JSON file."""
-    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    """Load a spec from a YAML or JSON file, resolve ``extends`` and ``use`` references, validate it."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise SpecError(f"cannot read harness spec {path}: {exc}") from exc
     if not isinstance(data, dict):
         raise SpecError(f"{path}: a harness spec must be a mapping at the top level")
-    validate_spec(data)
-    return data
+    spec = resolve_spec(data, path.parent)
+    validate_spec(spec)
+    return spec
+
+
+@functools.cache
+def tool_library() -> dict[str, Any]:
+    """The packaged tool and hook library (``tools/library.yaml``)."""
+    text = resources.files("harness_gym").joinpath("tools/library.yaml").read_text(encoding="utf-8")
+    return yaml.safe_load(text)
+
+
+def resolve_spec(data: Mapping[str, Any], base_dir: Path | None = None) -> dict[str, Any]:
+    """Expand a spec document: ``extends: <file or preset>`` composes it over another spec, and
+    ``{use: <key>, ...}`` items in ``tools`` and ``hooks`` pull entries from the library (fields
+    next to ``use`` override the entry's)."""
+    spec = dict(data)
+    parent_name = spec.pop("extends", None)
+    if parent_name:
+        parent = _load_parent(parent_name, base_dir)
+        spec = compose(parent, spec)
+    library = tool_library()
+    for section in ("tools", "hooks"):
+        items = []
+        for index, item in enumerate(spec.get(section) or []):
+            if isinstance(item, Mapping) and "use" in item:
+                key = item["use"]
+                if key not in library[section]:
+                    raise SpecError(
+                        f"$.{section}[{index}]: the library has no {section[:-1]} {key!r}; "
+                        f"known: {sorted(library[section])}"
+                    )
+                entry = copy.deepcopy(library[section][key])
+                entry.update({k: copy.deepcopy(v) for k, v in item.items() if k != "use"})
+                items.append(entry)
+            else:
+                items.append(copy.deepcopy(item))
+        if section in spec:
+            spec[section] = items
+    return spec
+
+
+def _load_parent(name: str, base_dir: Path | None) -> dict[str, Any]:
+    candidates = [base_dir / name, base_dir / f"{name}.yaml"] if base_dir else []
+    packaged = resources.files("harness_gym").joinpath(f"presets/{name}.yaml")
+    for candidate in candidates:
+        if candidate.is_file():
+            return load_spec(candidate)
+    if packaged.is_file():
+        return load_spec(Path(str(packaged)))
+    raise SpecError(f"extends: no spec file or preset named {name!r}")
+
+
+def compose(base: Mapping[str, Any], *overlays: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge specs left to right: mappings merge key by key, lists and values are replaced."""
+    spec = copy.deepcopy(dict(base))
+    for overlay in overlays:
+        spec = deep_merge(spec, overlay)
+    return spec
+
+
+def diff_specs(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """Human-readable differences: tools and hooks by name, other fields by JSON path."""
+    lines: list[str] = []
+    for section in ("tools", "hooks"):
+        before = {item["name"]: item for item in old.get(section, [])}
+        after = {item["name"]: item for item in new.get(section, [])}
+        lines += [f"+ {section[:-1]} {n}" for n in after if n not in before]
+        lines += [f"- {section[:-1]} {n}" for n in before if n not in after]
+        lines += [f"~ {section[:-1]} {n}" for n in after if n in before and after[n] != before[n]]
+    for key in sorted(set(old) | set(new)):
+        if key in ("tools", "hooks"):
+            continue
+        lines += _diff_values(f"$.{key}", old.get(key), new.get(key))
+    return lines
+
+
+def _diff_values(path: str, old: Any, new: Any) -> list[str]:
+    if old == new:
+        return []
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        return [
+            line
+            for key in sorted(set(old) | set(new))
+            for line in _diff_values(f"{path}.{key}", old.get(key), new.get(key))
+        ]
+    show = lambda v: json.dumps(v, ensure_ascii=False)[:120]  # noqa: E731
+    return [f"~ {path}: {show(old)} -> {show(new)}"]
+
+
+def strip_skills(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The spec as evaluated: skills are for training only."""
+    out = copy.deepcopy(dict(spec))
+    out["skills"] = []
+    return out
 
 
 def save_spec(spec: Mapping[str, Any], path: str | Path) -> None:

@@ -130,9 +130,12 @@ class ToolInterface:
             self.tools[tool.name] = tool
             self._validators[tool.name] = _validator(json.dumps(tool.parameters, sort_keys=True))
         finishing = [t.name for t in self.tools.values() if t.implementation == "finish"]
-        if len(finishing) != 1:
-            raise ValueError(f"a harness needs exactly one finishing tool, this one has {len(finishing)}")
-        self.finish_name = finishing[0]
+        self.stop_when_no_tool_call = bool(spec.get("stop_when_no_tool_call"))
+        if len(finishing) > 1 or (not finishing and not self.stop_when_no_tool_call):
+            raise ValueError(
+                f"a harness needs exactly one finishing tool (or stop_when_no_tool_call), found {len(finishing)}"
+            )
+        self.finish_name: str | None = finishing[0] if finishing else None
         self._schemas = [t.schema() for t in self.tools.values()]
 
     def schemas(self) -> list[dict[str, Any]]:

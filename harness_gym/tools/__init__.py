@@ -95,9 +95,22 @@ def _from_command(result: CommandResult) -> ToolResult:
     return ToolResult(output, result.exit_code, result.duration_s, result.pid, ran_command=True)
 
 
-def _bash(arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
-    timeout = float(arguments.get("timeout") or context.command_timeout_s)
-    return _from_command(context.sandbox.run(arguments["command"], timeout_s=timeout))
+def _bash(arguments: Mapping[str, Any], context: ToolContext, timeout_unit_s: float = 1.0) -> ToolResult:
+    timeout = float(arguments["timeout"]) * timeout_unit_s if arguments.get("timeout") else context.command_timeout_s
+    command = arguments["command"]
+    if arguments.get("background") or arguments.get("run_in_background"):
+        # detached from the shell's output; its log and pid are reported so the agent can follow up
+        log = "/tmp/bg-$$-$RANDOM.log"
+        command = (
+            f'__hg_log={log}; (nohup bash -c {shlex.quote(command)} > "$__hg_log" 2>&1 &) ; '
+            'echo "Started in the background; output goes to $__hg_log"'
+        )
+    return _from_command(context.sandbox.run(command, timeout_s=timeout))
+
+
+def _bash_ms(arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
+    """Bash whose ``timeout`` is in milliseconds (Claude Code's convention)."""
+    return _bash(arguments, context, timeout_unit_s=0.001)
 
 
 def _file_editor(arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:
@@ -114,6 +127,7 @@ def _unavailable(arguments: Mapping[str, Any], context: ToolContext) -> ToolResu
 
 
 register_implementation("bash", _bash)
+register_implementation("bash_ms", _bash_ms)
 register_implementation("file_editor", _file_editor)
 register_implementation("finish", _finish)
 register_implementation("unavailable", _unavailable)
