@@ -139,34 +139,37 @@ class ReferenceAgent:
         self.queue: list[tuple[str, dict[str, Any]]] = []
         self.pending: tuple[str, dict[str, Any]] | None = None
         self.planned = False
+        self.skipped = 0
 
     def reset(self, env: gym.Env) -> None:
         self.env = _unwrap(env)
         assert self.env.task is not None, "reset the environment before the agent"
         available = {t.canonical for t in self.env.tool_interface.tools.values()}
-        self.queue = [
+        translated = [
             self._translate(step["tool"], dict(step["arguments"]), available) for step in self.env.task.solution
         ]
+        self.skipped = sum(t is None for t in translated)  # actions this harness offers no tool for
+        self.queue = [t for t in translated if t is not None]
         if "run_check" in available and any(s["tool"] == "file_editor" for s in self.env.task.solution):
             self.queue.append(("run_check", {}))
         self.queue.append(("finish", {"message": "Reference solution applied and checked."}))
         self.pending = None
         self.planned = False
 
-    def _translate(self, tool: str, arguments: dict[str, Any], available: set[str]) -> tuple[str, dict[str, Any]]:
+    def _translate(
+        self, tool: str, arguments: dict[str, Any], available: set[str]
+    ) -> tuple[str, dict[str, Any]] | None:
         assert self.env is not None and self.env.task is not None
         root = self.env.task.mount_path
         kind = "bash" if tool == "execute_bash" else arguments["command"]
         for canonical, build in _TRANSLATIONS.get(kind, []):
             if canonical in available:
                 return canonical, build(arguments, root)
-        shell = next((c for c, _ in _TRANSLATIONS["bash"] if c in available), None)
-        if shell is None:
-            raise ValueError(f"harness {self.env.harness_spec['name']} offers no tool for {tool} {kind}")
+        if kind == "bash" or not any(c in available for c, _ in _TRANSLATIONS["bash"]):
+            return None  # no tool can express it: the agent goes on without it (and will likely fail)
         payload = base64.b64encode(json.dumps(dict(arguments, root=root)).encode()).decode()
         script = _SHELL_EDIT.replace("{payload}", payload)
-        command = f"python3 -c {shlex.quote(script)}"
-        return self._translate("execute_bash", {"command": command}, available) if shell else (shell, {})
+        return self._translate("execute_bash", {"command": f"python3 -c {shlex.quote(script)}"}, available)
 
     def act(self, observation: Mapping[str, Any]) -> str | dict[str, Any]:
         assert self.env is not None, "call reset(env) first"
@@ -218,6 +221,8 @@ class EpisodeResult:
     terminated: bool
     truncated: bool
     infos: list[dict[str, Any]] = field(default_factory=list)
+    transcript: list[dict[str, Any]] = field(default_factory=list)
+    spec_hash: str = ""
 
     @property
     def final_info(self) -> dict[str, Any]:
@@ -235,4 +240,15 @@ def run_episode(env: gym.Env, agent: Any, *, seed: int | None = None, task_id: s
     while not (terminated or truncated):
         observation, reward, terminated, truncated, info = env.step(agent.act(observation))
         infos.append(info)
-    return EpisodeResult(info["task_id"], info.get("config"), float(reward), info["step"], terminated, truncated, infos)
+    transcript = [dict(m) for m in _unwrap(env).transcript]
+    return EpisodeResult(
+        info["task_id"],
+        info.get("config"),
+        float(reward),
+        info["step"],
+        terminated,
+        truncated,
+        infos,
+        transcript,
+        info.get("spec_hash", ""),
+    )

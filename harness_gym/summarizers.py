@@ -4,11 +4,11 @@ and one that asks any OpenAI-compatible chat endpoint."""
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 import warnings
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
+
+from harness_gym.llm_client import ChatClient, LLMError
 
 if TYPE_CHECKING:
     from harness_gym.factors.context import TurnRecord
@@ -79,35 +79,27 @@ class OpenAISummarizer:
     """
 
     def __init__(
-        self, base_url: str, model: str, api_key: str | None = None, timeout_s: float = 60.0, max_tokens: int = 512
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        timeout_s: float = 60.0,
+        max_tokens: int = 512,
+        retries: int = 1,
     ) -> None:
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self.model = model
-        self.api_key = api_key
-        self.timeout_s = timeout_s
+        self.client = ChatClient(base_url, model, api_key=api_key, timeout_s=timeout_s, retries=retries, backoff_s=0.5)
         self.max_tokens = max_tokens
         self.fallback = DeterministicSummarizer()
 
     def __call__(self, previous: str | None, turns: Sequence[TurnRecord]) -> str:
         removed = "\n".join(render_turn(t, arg_limit=400, output_limit=400) for t in turns)
         user = f"Current summary:\n{previous or '(none yet)'}\n\nTurns being removed:\n{removed}"
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": [{"role": "system", "content": SUMMARY_PROMPT}, {"role": "user", "content": user}],
-            "max_tokens": self.max_tokens,
-            "temperature": 0.0,
-        }
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        request = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=headers, method="POST")
+        messages = [{"role": "system", "content": SUMMARY_PROMPT}, {"role": "user", "content": user}]
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                reply = json.loads(response.read())
-            text = reply["choices"][0]["message"]["content"]
-            if not isinstance(text, str) or not text.strip():
-                raise ValueError("empty summary")
-            return text.strip()
-        except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError) as exc:
-            warnings.warn(f"summariser at {self.url} failed ({exc}); using the deterministic summary", stacklevel=2)
+            text = self.client.complete(messages, max_tokens=self.max_tokens, temperature=0.0).strip()
+            if not text:
+                raise LLMError("empty summary")
+            return text
+        except LLMError as exc:
+            warnings.warn(f"summariser failed ({exc}); using the deterministic summary", stacklevel=2)
             return self.fallback(previous, turns)

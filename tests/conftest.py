@@ -39,3 +39,39 @@ def docker_engine():
         pytest.skip(f"no Docker engine: {exc}")
     yield host, image
     context.__exit__(None, None, None)
+
+
+@pytest.fixture
+def chat_server():
+    """A local HTTP server speaking the OpenAI chat-completions protocol, answering from a queue.
+
+    It stands in for a model endpoint in protocol tests (the real vLLM server runs behind an
+    opt-in variable); it records every request so tests can check what the client sent.
+    """
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    state = {"replies": [], "requests": []}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            state["requests"].append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+            text = state["replies"].pop(0) if state["replies"] else "no more replies"
+            data = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    state["url"] = f"http://127.0.0.1:{server.server_port}/v1"
+    yield state
+    server.shutdown()

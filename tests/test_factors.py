@@ -2,9 +2,6 @@
 
 import json
 import re
-import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import ClassVar
 
 import pytest
 
@@ -149,44 +146,23 @@ def test_deterministic_summarizer_is_a_running_log():
     assert second.splitlines() == [first, "Step 2: harness said: No tool call was found"]
 
 
-class _ChatHandler(BaseHTTPRequestHandler):
-    requests: ClassVar[list] = []
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).requests.append((self.path, self.headers.get("Authorization"), body))
-        reply = {"choices": [{"message": {"role": "assistant", "content": "  The agent listed files.  "}}]}
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
-def test_openai_summarizer_speaks_the_chat_completions_protocol():
-    server = HTTPServer(("127.0.0.1", 0), _ChatHandler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        summarizer = OpenAISummarizer(f"http://127.0.0.1:{server.server_port}/v1", "tiny", api_key="k")
-        text = summarizer(
-            "old summary",
-            [
-                TurnRecord(
-                    1, "hi", [{"name": "execute_bash", "arguments": {"command": "ls"}, "exit_code": 0, "output": "x"}]
-                )
-            ],
-        )
-    finally:
-        server.shutdown()
-    assert text == "The agent listed files."
-    path, auth, body = _ChatHandler.requests[-1]
-    assert path == "/v1/chat/completions" and auth == "Bearer k" and body["model"] == "tiny"
-    assert "old summary" in body["messages"][1]["content"] and "execute_bash" in body["messages"][1]["content"]
+def test_openai_summarizer_speaks_the_chat_completions_protocol(chat_server):
+    chat_server["replies"].append("  The agent listed files.  ")
+    summarizer = OpenAISummarizer(chat_server["url"], "tiny", api_key="k")
+    turn = TurnRecord(
+        1, "hi", [{"name": "execute_bash", "arguments": {"command": "ls"}, "exit_code": 0, "output": "x"}]
+    )
+    assert summarizer("old summary", [turn]) == "The agent listed files."
+    request = chat_server["requests"][-1]
+    assert (
+        request["path"] == "/v1/chat/completions"
+        and request["auth"] == "Bearer k"
+        and request["body"]["model"] == "tiny"
+    )
+    assert (
+        "old summary" in request["body"]["messages"][1]["content"]
+        and "execute_bash" in request["body"]["messages"][1]["content"]
+    )
 
 
 def test_openai_summarizer_falls_back_when_the_endpoint_is_down():

@@ -161,7 +161,9 @@ def op_view_diff(root, args):
         before_path, after_path = os.path.join(SNAPSHOT, rel), os.path.join(root, rel)
         before = read_text(before_path).splitlines(True) if os.path.exists(before_path) else []
         after = read_text(after_path).splitlines(True) if os.path.exists(after_path) else []
-        chunks.append("".join(difflib.unified_diff(before, after, f"a/{rel}", f"b/{rel}")))
+        old_name = f"a/{rel}" if os.path.exists(before_path) else "/dev/null"
+        new_name = f"b/{rel}" if os.path.exists(after_path) else "/dev/null"
+        chunks.append("".join(difflib.unified_diff(before, after, old_name, new_name)))
     return "".join(chunks) or "No changes since the start of the episode."
 
 

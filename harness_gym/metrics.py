@@ -1,0 +1,162 @@
+"""Metrics shared by benchmarks, the evolution machinery and trainers.
+
+- pass rate: the share of rollouts that pass (reward at least ``threshold``, 1.0 by default);
+- trainable rate: the share of all sampled rollouts usable for a GRPO update. Truncated rollouts
+  are excluded; the remaining rollouts of a task's group count only if they hold both a success and
+  a failure (otherwise GRPO has no reward contrast). The denominator is every sampled rollout;
+- group outcome shares: how many task groups are all-pass, all-fail or mixed;
+- bootstrap confidence intervals, plain and paired (resampling tasks, keeping pairs together).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One rollout's result, as the metrics need it."""
+
+    task_id: str
+    reward: float
+    truncated: bool = False
+
+    def passed(self, threshold: float = 1.0) -> bool:
+        return self.reward >= threshold
+
+
+def groups(outcomes: Iterable[Outcome]) -> dict[str, list[Outcome]]:
+    by_task: dict[str, list[Outcome]] = defaultdict(list)
+    for outcome in outcomes:
+        by_task[outcome.task_id].append(outcome)
+    return dict(by_task)
+
+
+def pass_rate(outcomes: Sequence[Outcome], threshold: float = 1.0) -> float:
+    if not outcomes:
+        return 0.0
+    return sum(o.passed(threshold) for o in outcomes) / len(outcomes)
+
+
+def trainable_count(group: Sequence[Outcome], threshold: float = 1.0) -> int:
+    """Rollouts of one task group usable for GRPO: the untruncated ones, if they hold both outcomes."""
+    kept = [o for o in group if not o.truncated]
+    results = {o.passed(threshold) for o in kept}
+    return len(kept) if results == {True, False} else 0
+
+
+def trainable_rate(outcomes: Sequence[Outcome], threshold: float = 1.0) -> float:
+    if not outcomes:
+        return 0.0
+    return sum(trainable_count(g, threshold) for g in groups(outcomes).values()) / len(outcomes)
+
+
+def group_outcome_shares(outcomes: Sequence[Outcome], threshold: float = 1.0) -> dict[str, float]:
+    """Shares of task groups whose untruncated rollouts all pass, all fail, are mixed, or are all truncated."""
+    counts = {"all_pass": 0, "all_fail": 0, "mixed": 0, "all_truncated": 0}
+    by_task = groups(outcomes)
+    for group in by_task.values():
+        kept = {o.passed(threshold) for o in group if not o.truncated}
+        key = (
+            "all_truncated"
+            if not kept
+            else "mixed"
+            if kept == {True, False}
+            else "all_pass"
+            if kept == {True}
+            else "all_fail"
+        )
+        counts[key] += 1
+    total = max(len(by_task), 1)
+    return {k: v / total for k, v in counts.items()}
+
+
+@dataclass(frozen=True)
+class RateSummary:
+    """Pass rate and trainable rate of a set of rollouts."""
+
+    pass_rate: float
+    trainable_rate: float
+    rollouts: int
+    groups: dict[str, float]
+
+    @classmethod
+    def of(cls, outcomes: Sequence[Outcome], threshold: float = 1.0) -> RateSummary:
+        return cls(
+            pass_rate(outcomes, threshold),
+            trainable_rate(outcomes, threshold),
+            len(outcomes),
+            group_outcome_shares(outcomes, threshold),
+        )
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "pass_rate": self.pass_rate,
+            "trainable_rate": self.trainable_rate,
+            "rollouts": self.rollouts,
+            "groups": dict(self.groups),
+        }
+
+
+@dataclass(frozen=True)
+class Interval:
+    estimate: float
+    low: float
+    high: float
+
+
+def bootstrap_ci(
+    values: Sequence[float],
+    statistic: Callable[[np.ndarray], float] = np.mean,
+    *,
+    resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> Interval:
+    """Percentile bootstrap interval of ``statistic`` over ``values``."""
+    data = np.asarray(values, dtype=float)
+    if data.size == 0:
+        return Interval(float("nan"), float("nan"), float("nan"))
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, data.size, size=(resamples, data.size))
+    stats = np.array([statistic(data[row]) for row in draws])
+    tail = (1 - confidence) / 2
+    return Interval(float(statistic(data)), float(np.quantile(stats, tail)), float(np.quantile(stats, 1 - tail)))
+
+
+def paired_bootstrap(
+    a: Sequence[Outcome],
+    b: Sequence[Outcome],
+    metric: Callable[[Sequence[Outcome]], float],
+    *,
+    resamples: int = 2000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> Interval:
+    """Interval of ``metric(b) - metric(a)``, resampling tasks with their rollouts on both sides together."""
+    groups_a, groups_b = groups(a), groups(b)
+    tasks = sorted(set(groups_a) & set(groups_b))
+    if not tasks:
+        raise ValueError("the two sets of rollouts share no task")
+    estimate = metric([o for t in tasks for o in groups_b[t]]) - metric([o for t in tasks for o in groups_a[t]])
+    rng = np.random.default_rng(seed)
+    diffs = np.empty(resamples)
+    for index in range(resamples):
+        picked = [tasks[i] for i in rng.integers(0, len(tasks), size=len(tasks))]
+        diffs[index] = metric([o for t in picked for o in groups_b[t]]) - metric(
+            [o for t in picked for o in groups_a[t]]
+        )
+    tail = (1 - confidence) / 2
+    return Interval(float(estimate), float(np.quantile(diffs, tail)), float(np.quantile(diffs, 1 - tail)))
+
+
+def outcomes_from_records(records: Iterable[Mapping[str, object]]) -> list[Outcome]:
+    """Outcomes from episode records (``task_id``/``task``, ``reward``, ``truncated``)."""
+    return [
+        Outcome(str(r.get("task_id", r.get("task"))), float(r["reward"]), bool(r.get("truncated", False)))  # type: ignore[arg-type]
+        for r in records
+    ]
