@@ -223,6 +223,7 @@ class EpisodeResult:
     infos: list[dict[str, Any]] = field(default_factory=list)
     transcript: list[dict[str, Any]] = field(default_factory=list)
     spec_hash: str = ""
+    grader_log: str = ""
 
     @property
     def final_info(self) -> dict[str, Any]:
@@ -240,7 +241,8 @@ def run_episode(env: gym.Env, agent: Any, *, seed: int | None = None, task_id: s
     while not (terminated or truncated):
         observation, reward, terminated, truncated, info = env.step(agent.act(observation))
         infos.append(info)
-    transcript = [dict(m) for m in _unwrap(env).transcript]
+    inner = _unwrap(env)
+    transcript = [dict(m) for m in inner.transcript]
     return EpisodeResult(
         info["task_id"],
         info.get("config"),
@@ -251,4 +253,5 @@ def run_episode(env: gym.Env, agent: Any, *, seed: int | None = None, task_id: s
         infos,
         transcript,
         info.get("spec_hash", ""),
+        inner.last_grade.log if inner.last_grade else "",
     )

@@ -30,7 +30,7 @@ from harness_gym.space import BASE_CONFIG, HarnessConfig
 from harness_gym.spaces import AssistantActionSpace, chat_observation_space
 from harness_gym.spec import compile_config, load_spec, resolve_spec, spec_hash, validate_spec
 from harness_gym.summarizers import Summarizer
-from harness_gym.tasks import Task, load_tasks
+from harness_gym.tasks import GradeResult, Task, load_tasks
 from harness_gym.tool_calls import ActionError, ToolCall, coerce_arguments, parse_action
 from harness_gym.tools import LIBRARY_PREFIX, ToolContext, run_tool
 
@@ -117,6 +117,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         self.steps = 0
         self.done = True
         self.last_step_timing: dict[str, float] = {}
+        self.last_grade: GradeResult | None = None  # the last episode's grading, log included
         self._episode_spec_hash = self.spec_hash
 
     # ------------------------------------------------------------------ gym API
@@ -251,7 +252,9 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             result = self.task.grade(self.sandbox)
             sandbox_s += time.perf_counter() - grading_started
             reward = result.reward
-            info.update(reward_breakdown=result.breakdown, grader_error=result.error, grader_log=result.log[-2000:])
+            # the grader's log stays out of info: it holds timings, and info must be reproducible
+            self.last_grade = result
+            info.update(reward_breakdown=result.breakdown, grader_error=result.error)
             self.done = True
         else:
             context_started = time.perf_counter()

@@ -144,7 +144,7 @@ def test_reference_agent_solves_builtin_tasks_in_docker(docker_engine):
     env = HarnessEnv("S1T2O1C2W2", sandbox="docker", sandbox_options={"image": image, "docker_host": host})
     for task in env.tasks[:3]:
         result = run_episode(env, ReferenceAgent("xml"), seed=0, task_id=task.id)
-        assert result.reward == 1.0, (task.id, result.final_info.get("grader_log"))
+        assert result.reward == 1.0, (task.id, result.grader_log)
     env.close()
 
 
