@@ -3,15 +3,23 @@
     harness-gym configs [--set training|heldout|all] [--neighbours ID]
     harness-gym schedule --tasks N [--tasks-per-step B] [--k 2] [--assignment locality] [--seed 0]
     harness-gym check [--configs training,heldout] [--tasks builtin] [--format hermes] [--out FILE]
+    harness-gym bench [--agent hf|openai|reference|python:mod:fn] [--configs quick] [--runs 3] ...
+    harness-gym report results.jsonl [--out DIR]
+    harness-gym compare a.jsonl b.jsonl
+    harness-gym view trajectory.jsonl [--html page.html]
 
 ``check`` runs the privileged reference agent on every task in every chosen harness: a
 solvability benchmark of the harnesses themselves (every task must score 1.0 everywhere).
+``bench`` benchmarks an agent across harnesses and writes results, trajectories and a report.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -108,6 +116,101 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from harness_gym.agents.factory import make_agent
+    from harness_gym.bench import BenchRunner, load_records, resolve_harnesses, write_report
+
+    options = {
+        "model": args.model,
+        "gguf_file": args.gguf_file,
+        "base_url": args.base_url,
+        "api_key": os.environ.get(args.api_key_env) if args.api_key_env else None,
+        "tool_mode": args.tool_mode,
+        "max_new_tokens": args.max_new_tokens,
+        "max_tokens": args.max_new_tokens,
+        "temperature": args.temperature,
+    }
+    factory = functools.partial(make_agent, args.agent, **{k: v for k, v in options.items() if v is not None})
+    if args.agent == "hf":
+        print("loading the in-process model (once per worker; about 30 s on 2 cores)...", file=sys.stderr)
+        factory()  # load now: fail fast, and threads share the loaded model
+    env_options: dict[str, object] = {}
+    if args.max_steps:
+        env_options["max_steps"] = args.max_steps
+    if args.sandbox:
+        env_options["sandbox"] = args.sandbox
+    runner = BenchRunner(
+        factory,
+        resolve_harnesses(args.configs),
+        args.tasks,
+        runs=args.runs,
+        out_dir=args.out,
+        workers=args.workers,
+        executor="ray" if args.ray else args.executor,
+        seed=args.seed,
+        resume=args.resume,
+        env_options=env_options,
+        task_count=args.task_count,
+        ray_address=args.ray_address,
+        save_trajectories=not args.no_trajectories,
+    )
+    started = time.perf_counter()
+    results = runner.run()
+    paths = write_report(load_records(results), args.out)
+    print(f"\n{len(load_records(results))} episodes in {results} ({time.perf_counter() - started:.0f} s this run)")
+    print(f"report: {paths['markdown']}")
+    print(paths["markdown"].read_text(encoding="utf-8").split("## Per harness")[0])
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from harness_gym.bench import load_records, write_report
+
+    paths = write_report(load_records(args.results), args.out or Path(args.results).parent)
+    for kind, path in paths.items():
+        print(f"{kind}: {path}")
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from harness_gym.bench import compare_results, load_records
+
+    result = compare_results(load_records(args.a), load_records(args.b))
+    print(f"{'class':<14}{'units':>7}{'A %':>8}{'B %':>8}{'B-A':>8}   95% CI")
+    for klass, row in result.items():
+        if klass == "shared_units":
+            continue
+        print(
+            f"{klass:<14}{row['units']:>7}{100 * row['a']:>8.1f}{100 * row['b']:>8.1f}{100 * row['difference']:>+8.1f}"
+            f"   [{100 * row['ci95'][0]:+.1f}, {100 * row['ci95'][1]:+.1f}]"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+def _cmd_view(args: argparse.Namespace) -> int:
+    from harness_gym.bench import read_trajectory, render_html, render_text
+
+    trajectory = read_trajectory(args.trajectory)
+    if args.html:
+        Path(args.html).write_text(render_html(trajectory), encoding="utf-8")
+        print(f"wrote {args.html}")
+    else:
+        print(render_text(trajectory, colour=sys.stdout.isatty()))
+    return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from harness_gym.serve import ModelServer
+
+    server = ModelServer(args.model, args.gguf_file, args.host, args.port)
+    print(f"serving {server.name} at {server.url} (OpenAI-compatible; Ctrl-C stops)", flush=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        server.httpd.serve_forever()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="harness-gym", description="The agent harness as an experimental variable.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -135,6 +238,66 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--seed", type=int, default=0)
     check.add_argument("--out", type=Path, help="write one JSON line per episode here")
     check.set_defaults(func=_cmd_check)
+
+    bench = sub.add_parser("bench", help="benchmark an agent across harnesses (results, trajectories, report)")
+    bench.add_argument(
+        "--agent",
+        default="hf",
+        help="hf (in-process, default SmolLM2-135M), openai, reference, null, python:module:function",
+    )
+    bench.add_argument(
+        "--configs",
+        default="quick",
+        help="quick, training, heldout[:N], all, base, presets, out-of-space, ids, env ids or spec files (comma-separated)",
+    )
+    bench.add_argument("--tasks", default="builtin:eval", help="task suite, e.g. builtin, builtin:eval")
+    bench.add_argument("--task-count", type=int, help="use only the first N tasks of the suite")
+    bench.add_argument("--runs", type=int, default=3, help="runs per (harness, task); Pass@1 is their mean (default 3)")
+    bench.add_argument("--max-steps", type=int, help="override every harness's step budget")
+    bench.add_argument("--workers", type=int, default=1, help="episodes in parallel")
+    bench.add_argument("--executor", choices=["thread", "process"], default="thread")
+    bench.add_argument("--ray", action="store_true", help="run episodes as Ray tasks (local, or --ray-address)")
+    bench.add_argument("--ray-address")
+    bench.add_argument(
+        "--sandbox", help="sandbox backend for every harness (default: bubblewrap, Docker for image tasks)"
+    )
+    bench.add_argument("--out", type=Path, default=Path("bench-results"), help="output folder (default bench-results)")
+    bench.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
+    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--no-trajectories", action="store_true")
+    bench.add_argument("--model", help="hf: a local model folder; openai: the model name")
+    bench.add_argument("--gguf-file", help="hf: the GGUF file inside --model")
+    bench.add_argument("--base-url", help="openai: the endpoint, e.g. http://localhost:8000/v1")
+    bench.add_argument("--api-key-env", default="OPENAI_API_KEY", help="openai: environment variable holding the key")
+    bench.add_argument(
+        "--tool-mode", choices=["native", "hermes", "xml"], help="openai: native tool calling or a text format"
+    )
+    bench.add_argument("--max-new-tokens", type=int, help="tokens generated per step")
+    bench.add_argument("--temperature", type=float)
+    bench.set_defaults(func=_cmd_bench)
+
+    report = sub.add_parser("report", help="write the report of a results file")
+    report.add_argument("results", type=Path)
+    report.add_argument("--out", type=Path, help="folder for report.md/json and plots (default: beside the results)")
+    report.set_defaults(func=_cmd_report)
+
+    compare = sub.add_parser("compare", help="paired bootstrap differences between two results files, per class")
+    compare.add_argument("a", type=Path)
+    compare.add_argument("b", type=Path)
+    compare.add_argument("--json", type=Path, help="also write the comparison as JSON here")
+    compare.set_defaults(func=_cmd_compare)
+
+    view = sub.add_parser("view", help="show a trajectory in the terminal, or as HTML")
+    view.add_argument("trajectory", type=Path)
+    view.add_argument("--html", type=Path, help="write a standalone HTML page instead")
+    view.set_defaults(func=_cmd_view)
+
+    serve = sub.add_parser("serve", help="serve a local model over an OpenAI-compatible API (CPU, for tests and demos)")
+    serve.add_argument("--model", help="a local model folder (default: the packaged SmolLM2-135M-Instruct)")
+    serve.add_argument("--gguf-file")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.set_defaults(func=_cmd_serve)
     return parser
 
 
@@ -142,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, KeyError) as exc:
+    except (ValueError, KeyError, FileExistsError, FileNotFoundError, RuntimeError) as exc:
         print(f"harness-gym: error: {exc}", file=sys.stderr)
         return 2
 

