@@ -249,7 +249,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             else:
                 info["terminated_reason"] = "truncated"
             grading_started = time.perf_counter()
-            result = self.task.grade(self.sandbox)
+            result = self.task.grade(self.sandbox, self.transcript)
             sandbox_s += time.perf_counter() - grading_started
             reward = result.reward
             # the grader's log stays out of info: it holds timings, and info must be reproducible

@@ -50,7 +50,8 @@ class Sandbox(Protocol):
     ``run`` executes a shell command in the persistent shell; ``run_tool`` runs one of the
     harness's tool scripts with a JSON payload; ``grade`` stops the agent's processes and runs a
     grading command in a fresh context where the grader files (copied into GRADER_DIR; a folder
-    contributes its contents) are visible, with ``{grader}`` in the command replaced by that folder; ``close`` removes
+    contributes its contents) are visible, at ``mount`` (default GRADER_DIR; a task may need them inside its workspace), with ``{grader}``
+    in the command replaced by that folder; ``close`` removes
     every process the episode started. Implementations must be safe to ``close`` twice.
     """
 
@@ -67,7 +68,12 @@ class Sandbox(Protocol):
     def write_file(self, path: str, content: str) -> CommandResult: ...
 
     def grade(
-        self, grader_files: Sequence[Path], command: str, timeout_s: float, env: Mapping[str, str] | None = None
+        self,
+        grader_files: Sequence[Path],
+        command: str,
+        timeout_s: float,
+        env: Mapping[str, str] | None = None,
+        mount: str = GRADER_DIR,
     ) -> CommandResult: ...
 
     def close(self) -> None: ...

@@ -176,11 +176,16 @@ class BubblewrapSandbox(ShellSandbox):
         return self._lease.uid if self._lease else None
 
     def grade(
-        self, grader_files: Sequence[Path], command: str, timeout_s: float, env: Mapping[str, str] | None = None
+        self,
+        grader_files: Sequence[Path],
+        command: str,
+        timeout_s: float,
+        env: Mapping[str, str] | None = None,
+        mount: str = GRADER_DIR,
     ) -> CommandResult:
         """Stop the agent's shell, then run ``command`` in a fresh sandbox that also sees the grader files.
 
-        The files are copied to a private folder mounted at GRADER_DIR; nothing the agent left
+        The files are copied to a private folder mounted at ``mount`` (GRADER_DIR by default); nothing the agent left
         running can see or change them, because nothing the agent started is still running.
         """
         if self.workspace is None:
@@ -194,8 +199,8 @@ class BubblewrapSandbox(ShellSandbox):
                     shutil.copy2(source, copy)
             if self._lease is not None:
                 isolation.chown_tree(Path(copy), self._lease.uid, self._lease.uid)
-            argv = self._launcher() + self._bwrap_argv(binds=[("--bind", copy, GRADER_DIR)])
-            command = command.replace("{grader}", GRADER_DIR)
+            argv = self._launcher() + self._bwrap_argv(binds=[("--bind", copy, mount)])
+            command = command.replace("{grader}", mount)
             argv += ["/bin/bash", "--noprofile", "--norc", "-c", self._shell_setup() + command]
             proc_env = self._env()
             proc_env.update(env or {})
@@ -281,12 +286,10 @@ class BubblewrapSandbox(ShellSandbox):
         for host, inside in self.extra_ro_binds.items():
             argv += ["--ro-bind", host, inside]
         argv += ["--ro-bind", str(tool_scripts_dir()), TOOLS_DIR, "--ro-bind", str(self._control), CONTROL_DIR]
-        for kind, host, inside in binds:
+        argv += ["--bind", str(self.workspace), self._mount_path]
+        for kind, host, inside in binds:  # after the workspace, so a grader may sit inside it
             argv += [kind, host, inside]
         argv += [
-            "--bind",
-            str(self.workspace),
-            self._mount_path,
             "--remount-ro",
             "/",
             "--chdir",

@@ -162,7 +162,12 @@ class DockerSandbox(ShellSandbox):
         self.close()
 
     def grade(
-        self, grader_files: Sequence[Path], command: str, timeout_s: float, env: Mapping[str, str] | None = None
+        self,
+        grader_files: Sequence[Path],
+        command: str,
+        timeout_s: float,
+        env: Mapping[str, str] | None = None,
+        mount: str = GRADER_DIR,
     ) -> CommandResult:
         """Remove the agent's container, then grade in a fresh container that also sees the grader files."""
         import time
@@ -177,9 +182,9 @@ class DockerSandbox(ShellSandbox):
                 else:
                     shutil.copy2(source, copy)
             started = time.perf_counter()
-            script = command.replace("{grader}", GRADER_DIR)
+            script = command.replace("{grader}", mount)
             container = self._run_container(
-                [self.shell, "-c", script], extra_volumes={copy: GRADER_DIR}, environment=dict(env or {})
+                [self.shell, "-c", script], extra_volumes={copy: mount}, environment=dict(env or {})
             )
             try:
                 status = container.wait(timeout=timeout_s)["StatusCode"]

@@ -17,7 +17,14 @@ import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from harness_gym.sandboxes.base import CommandResult, SandboxError, register_backend, remove_tree, tool_scripts_dir
+from harness_gym.sandboxes.base import (
+    GRADER_DIR,
+    CommandResult,
+    SandboxError,
+    register_backend,
+    remove_tree,
+    tool_scripts_dir,
+)
 from harness_gym.sandboxes.shell import ShellSandbox, kill_process_group, run_oneshot
 
 ALLOW_VARIABLE = "HARNESS_GYM_ALLOW_UNSANDBOXED"
@@ -83,7 +90,12 @@ class UnsafeHostSandbox(ShellSandbox):
         self._release_workspace()
 
     def grade(
-        self, grader_files: Sequence[Path], command: str, timeout_s: float, env: Mapping[str, str] | None = None
+        self,
+        grader_files: Sequence[Path],
+        command: str,
+        timeout_s: float,
+        env: Mapping[str, str] | None = None,
+        mount: str = GRADER_DIR,
     ) -> CommandResult:
         self._kill_all()
         with tempfile.TemporaryDirectory(prefix="harness-gym-grader-") as copy:
@@ -92,7 +104,11 @@ class UnsafeHostSandbox(ShellSandbox):
                     shutil.copytree(source, copy, dirs_exist_ok=True)
                 else:
                     shutil.copy2(source, copy)
-            script = f"cd {self._mount_path} && " + command.replace("{grader}", copy)
+            target = copy
+            if mount != GRADER_DIR and mount.startswith(self._mount_path + "/"):
+                target = mount  # inside the workspace: put the files there for the grading run
+                shutil.copytree(copy, target, dirs_exist_ok=True)
+            script = f"cd {self._mount_path} && " + command.replace("{grader}", target)
             return run_oneshot(
                 ["/bin/bash", "-c", script], timeout_s, self.output_limit_chars, {**os.environ, **(env or {})}
             )

@@ -1,0 +1,233 @@
+"""The task model: what the agent must do, the files it starts from, and a hidden grader.
+
+A :class:`Task` is data. Its workspace files are copied into a fresh folder at every reset; its
+grader files are shown to nobody until the agent has stopped, and then only to a fresh sandbox
+that runs the grade command (with the files at ``grader_mount``, by default a private folder).
+Suites are loaded by name (``"builtin"``, ``"clawgym:/path"``, ``"pinchbench:/path"``, ...)
+through loaders registered with :func:`register_loader`. A loader reports broken tasks instead
+of failing: :func:`validate_suite` lists them, :func:`load_tasks` warns and goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import tempfile
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness_gym.sandboxes.base import GRADER_DIR, Sandbox
+
+DEFAULT_GRADE_COMMAND = "python3 {grader}/grade.py"
+PAYLOAD_FILE = "payload.json"
+
+
+class TaskError(ValueError):
+    """A task or suite is malformed; the message names the task and the problem."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task. ``solution`` lists canonical tool calls (``{"tool", "arguments"}``) that solve it.
+
+    ``grader_payload``: give the grader the episode as JSON (task, final message, transcript in
+    OpenClaw's event shape) at ``<grader folder>/payload.json``, named by ``OPENCLAW_REWARD_PAYLOAD``.
+    ``judge``: ``None``, or the grading type (``llm_judge`` / ``hybrid``) and rubric for an LLM judge.
+    """
+
+    id: str
+    instruction: str
+    mount_path: str = "/workspace"
+    workspace_dir: Path | None = None
+    grader_files: tuple[Path, ...] = ()
+    grade_command: str = DEFAULT_GRADE_COMMAND
+    grader_timeout_s: float = 120.0
+    solution: tuple[Mapping[str, Any], ...] = ()
+    split: str = "train"
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    image: str | None = None  # a container image the task must run in (Docker backend)
+    grader_mount: str = GRADER_DIR
+    grader_payload: bool = False
+    grader_env: Mapping[str, str] = field(default_factory=dict)
+    judge: Mapping[str, Any] | None = None
+
+    def materialize(self, destination: Path) -> None:
+        """Copy the starting workspace into ``destination`` (an empty folder)."""
+        if self.workspace_dir is not None:
+            shutil.copytree(self.workspace_dir, destination, dirs_exist_ok=True, symlinks=True)
+
+    def grade(self, sandbox: Sandbox, transcript: Sequence[Mapping[str, Any]] | None = None) -> GradeResult:
+        """Stop the agent and grade the workspace in a fresh sandbox."""
+        mount = self.grader_mount.replace("{workspace}", self.mount_path)
+        env = dict(self.grader_env)
+        with tempfile.TemporaryDirectory(prefix="harness-gym-payload-") as extra:
+            files = list(self.grader_files)
+            if self.grader_payload:
+                path = Path(extra) / PAYLOAD_FILE
+                path.write_text(json.dumps(self.payload(transcript or []), ensure_ascii=False), encoding="utf-8")
+                files.append(path)
+                env["OPENCLAW_REWARD_PAYLOAD"] = f"{mount}/{PAYLOAD_FILE}"
+            result = sandbox.grade(files, self.grade_command, self.grader_timeout_s, env, mount)
+        if result.timed_out:
+            graded = GradeResult(
+                0.0, {}, result.output, f"task {self.id}: the grader timed out after {self.grader_timeout_s:g} s"
+            )
+        else:
+            graded = parse_grader_output(self.id, result.output, result.exit_code)
+        if self.judge is not None:
+            from harness_gym.tasks.judge import apply_judge
+
+            graded = apply_judge(self, graded, transcript or [])
+        return graded
+
+    def payload(self, transcript: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """What a chat-style grader reads: the task, the agent's final message and the transcript."""
+        return {
+            "task_id": self.id,
+            "user_query": self.instruction,
+            "metadata": dict(self.metadata),
+            "final_message": final_message(transcript),
+            "transcript": openclaw_transcript(transcript),
+        }
+
+
+def final_message(transcript: Sequence[Mapping[str, Any]]) -> str:
+    """The text of the agent's last message, tool-call markup removed."""
+    from harness_gym.tool_calls import parse_action
+
+    for message in reversed(transcript):
+        if message.get("role") == "assistant":
+            return parse_action(message.get("content") or "").text
+    return ""
+
+
+def openclaw_transcript(transcript: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The transcript as OpenClaw session events: ``{"type": "message", "message": {"role",
+    "content": [parts]}}`` with ``text`` and ``toolCall`` parts, and ``toolResult`` messages."""
+    from harness_gym.tool_calls import parse_action
+
+    events: list[dict[str, Any]] = []
+    for message in transcript:
+        role, text = message.get("role"), message.get("content") or ""
+        if role == "assistant":
+            parsed = parse_action(
+                {"role": "assistant", "content": text, "tool_calls": message.get("tool_calls")}
+                if message.get("tool_calls")
+                else text
+            )
+            parts: list[dict[str, Any]] = [{"type": "text", "text": parsed.text}] if parsed.text else []
+            parts += [{"type": "toolCall", "id": c.id, "name": c.name, "arguments": c.arguments} for c in parsed.calls]
+            events.append({"type": "message", "message": {"role": "assistant", "content": parts}})
+        elif role == "tool":
+            events.append(
+                {
+                    "type": "message",
+                    "message": {
+                        "role": "toolResult",
+                        "toolCallId": message.get("tool_call_id"),
+                        "toolName": message.get("name"),
+                        "content": [{"type": "text", "text": text}],
+                    },
+                }
+            )
+        elif role == "user":
+            events.append({"type": "message", "message": {"role": "user", "content": [{"type": "text", "text": text}]}})
+    return events
+
+
+@dataclass
+class GradeResult:
+    """Reward in [0, 1], its breakdown, the grader's log, and an error if grading failed."""
+
+    reward: float
+    breakdown: dict[str, Any]
+    log: str = ""
+    error: str | None = None
+
+
+def parse_grader_output(task_id: str, output: str, exit_code: int | None) -> GradeResult:
+    """The last non-empty line is a float in [0, 1] or ``{"reward": float, "breakdown": {...}}``.
+    With a bare float, an earlier line holding a JSON object of sub-scores becomes the breakdown."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    if not lines:
+        return GradeResult(0.0, {}, output, f"task {task_id}: the grader printed nothing (exit status {exit_code})")
+    last = lines[-1]
+    breakdown: dict[str, Any] = {}
+    try:
+        value = json.loads(last)
+    except json.JSONDecodeError:
+        value = None
+    if isinstance(value, dict) and "reward" in value:
+        breakdown = value.get("breakdown") or {}
+        value = value["reward"]
+    elif isinstance(value, (int, float)):
+        for line in reversed(lines[:-1]):
+            try:
+                candidate = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(candidate, dict):
+                breakdown = candidate
+                break
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return GradeResult(0.0, {}, output, f"task {task_id}: the grader's last line is not a reward: {last[:200]!r}")
+    if not 0.0 <= value <= 1.0:
+        return GradeResult(0.0, breakdown, output, f"task {task_id}: the grader's reward {value} is outside [0, 1]")
+    return GradeResult(float(value), breakdown, output)
+
+
+# ---------------------------------------------------------------------------- suites
+
+
+@dataclass
+class Suite:
+    """A loaded suite: its good tasks, and one message per broken task."""
+
+    tasks: list[Task]
+    errors: list[str] = field(default_factory=list)
+
+
+Loader = Callable[[str], "Suite | list[Task]"]
+_LOADERS: dict[str, Loader] = {}
+
+
+def register_loader(scheme: str, loader: Loader) -> None:
+    """Make ``tasks="<scheme>:<argument>"`` load a suite (a loader returns a Suite or a task list)."""
+    _LOADERS[scheme] = loader
+
+
+def validate_suite(name: str) -> Suite:
+    """Load a suite by name, keeping the list of broken tasks."""
+    scheme, _, argument = name.partition(":")
+    try:
+        loader = _LOADERS[scheme]
+    except KeyError:
+        raise TaskError(
+            f"unknown task suite {name!r}; known suites: {sorted(_LOADERS)} (e.g. 'builtin:train')"
+        ) from None
+    loaded = loader(argument)
+    return loaded if isinstance(loaded, Suite) else Suite(list(loaded))
+
+
+def load_tasks(tasks: str | Sequence[Task] | None = None) -> list[Task]:
+    """Resolve an environment's ``tasks`` argument: a suite name like ``builtin:train``, or tasks.
+    Broken tasks of a suite are skipped with a warning naming each."""
+    if tasks is None:
+        tasks = "builtin"
+    if not isinstance(tasks, str):
+        loaded = list(tasks)
+        if not loaded or not all(isinstance(t, Task) for t in loaded):
+            raise TaskError("tasks must be a suite name such as 'builtin' or a non-empty sequence of Task objects")
+        return loaded
+    suite = validate_suite(tasks)
+    for error in suite.errors:
+        warnings.warn(f"skipping a broken task: {error}", stacklevel=2)
+    if not suite.tasks:
+        raise TaskError(
+            f"task suite {tasks!r} has no usable task" + (f" ({len(suite.errors)} broken)" if suite.errors else "")
+        )
+    return suite.tasks

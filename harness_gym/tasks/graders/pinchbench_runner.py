@@ -1,0 +1,34 @@
+"""Runs a PinchBench task's automated checks INSIDE the grading sandbox.
+
+The folder holds ``checks.py`` (the task's ``def grade(transcript, workspace_path) -> dict``) and
+``payload.json`` (the transcript, in OpenClaw's event shape). Prints one JSON line:
+{"reward": mean of the scores, "breakdown": scores}.
+"""
+
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def main():
+    with open(os.path.join(HERE, "payload.json"), encoding="utf-8") as handle:
+        payload = json.load(handle)
+    namespace = {"__name__": "pinchbench_checks"}
+    with open(os.path.join(HERE, "checks.py"), encoding="utf-8") as handle:
+        exec(compile(handle.read(), "checks.py", "exec"), namespace)
+    grade = namespace.get("grade")
+    if not callable(grade):
+        print("the automated checks define no grade(transcript, workspace_path) function", file=sys.stderr)
+        sys.exit(2)
+    scores = grade(payload["transcript"], os.getcwd())
+    if not isinstance(scores, dict) or not scores:
+        print(f"grade() must return a non-empty dict of scores, got {scores!r}", file=sys.stderr)
+        sys.exit(2)
+    values = {key: float(value) for key, value in scores.items()}
+    print(json.dumps({"reward": sum(values.values()) / len(values), "breakdown": values}))
+
+
+if __name__ == "__main__":
+    main()

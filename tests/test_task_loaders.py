@@ -1,0 +1,329 @@
+"""ClawGym and PinchBench suites from fixtures in their real formats, written by the tests."""
+
+import json
+import textwrap
+import warnings
+
+import pytest
+
+from harness_gym import HarnessEnv
+from harness_gym.tasks import TaskError, load_tasks, validate_suite
+from tests.conftest import requires_bwrap
+
+pytestmark = requires_bwrap
+WS = "/root/.openclaw/workspace"
+
+
+def bash(env, command):
+    return env.step(f"<tool_call>{json.dumps({'name': 'execute_bash', 'arguments': {'command': command}})}</tool_call>")
+
+
+def finish(env, message="done"):
+    return env.step(
+        f"{message}\n<tool_call>{json.dumps({'name': 'finish', 'arguments': {'message': message}})}</tool_call>"
+    )
+
+
+def write(path, text, mode=None):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip())
+    if mode:
+        path.chmod(mode)
+
+
+@pytest.fixture
+def clawgym(tmp_path):
+    root = tmp_path / "clawgym"
+    task = root / "task_0000"
+    write(
+        task / "data_entry.json",
+        json.dumps(
+            {
+                "task_id": "task_0000",
+                "user_query": "Sum the numbers in numbers.txt and write the total to total.txt.",
+                "input_mount_dir": WS,
+                "metadata": {"category": "files", "grading_type": "automated"},
+            }
+        ),
+    )
+    write(task / "input_files" / "numbers.txt", "3\n4\n5\n")
+    write(
+        task / "reward" / "check.py",
+        f"""
+        import json, os
+        path = "{WS}/total.txt"
+        scores = {{"exists": float(os.path.exists(path))}}
+        scores["correct"] = float(scores["exists"] == 1.0 and open(path).read().strip() == "12")
+        print(json.dumps(scores))
+        """,
+    )
+    write(
+        task / "reward" / "reward.sh",
+        """
+        out=$(python3 reward/check.py)
+        echo "$out"
+        python3 -c "import json, sys; s = json.loads(sys.argv[1]); print(sum(s.values()) / len(s))" "$out"
+        """,
+    )
+    chat = root / "task_0001"
+    write(
+        chat / "data_entry.json",
+        json.dumps(
+            {
+                "task_id": "task_0001",
+                "user_query": "What is six times seven? Answer in your final message.",
+                "input_mount_dir": WS,
+                "metadata": {"category": "chat", "grading_type": "automated"},
+            }
+        ),
+    )
+    write(
+        chat / "reward" / "reward.sh",
+        """
+        python3 -c "import json, os; p = json.load(open(os.environ['OPENCLAW_REWARD_PAYLOAD'])); print(1.0 if '42' in p['final_message'] and p['transcript'][0]['message']['role'] == 'user' else 0.0)"
+        """,
+    )
+    slow = root / "task_0002"
+    write(
+        slow / "data_entry.json",
+        json.dumps({"task_id": "task_0002", "user_query": "Anything.", "metadata": {"grader_timeout_s": 2}}),
+    )
+    write(slow / "reward" / "reward.sh", "sleep 100\n")
+    silent = root / "task_0003"
+    write(silent / "data_entry.json", json.dumps({"task_id": "task_0003", "user_query": "Anything."}))
+    write(silent / "reward" / "reward.sh", "echo looks good\n")
+    write(root / "task_0004" / "reward" / "reward.sh", "echo 1\n")  # no data_entry.json
+    write(root / "task_0005" / "data_entry.json", json.dumps({"task_id": "task_0005"}))  # no user_query
+    write(
+        root / "task_0006" / "data_entry.json", json.dumps({"task_id": "task_0006", "user_query": "x"})
+    )  # no reward.sh
+    write(
+        root / "task_0007" / "data_entry.json",
+        json.dumps({"task_id": "task_0007", "user_query": "x", "input_mount_dir": "/usr/evil"}),
+    )
+    write(root / "task_0007" / "reward" / "reward.sh", "echo 1\n")
+    return root
+
+
+def test_clawgym_suite_lists_broken_tasks_by_name(clawgym):
+    suite = validate_suite(f"clawgym:{clawgym}")
+    assert [t.id for t in suite.tasks] == ["task_0000", "task_0001", "task_0002", "task_0003"]
+    text = "\n".join(suite.errors)
+    assert "task_0004: no data_entry.json" in text and "task_0005: data_entry.json lacks user_query" in text
+    assert "task_0006: no reward/reward.sh" in text and "task_0007: input_mount_dir" in text
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert len(load_tasks(f"clawgym:{clawgym}")) == 4
+    assert sum("skipping a broken task" in str(w.message) for w in caught) == 4
+    with pytest.raises(TaskError, match="does not exist"):
+        load_tasks("clawgym:/nowhere")
+
+
+def test_clawgym_workspace_grader_paths_and_hidden_reward(clawgym):
+    env = HarnessEnv(tasks=f"clawgym:{clawgym}")
+    env.reset(seed=0, options={"task_id": "task_0000"})
+    obs, *_ = bash(env, f"pwd; cat {WS}/numbers.txt; ls reward 2>&1")
+    out = obs["messages"][-1]["content"]
+    assert out.startswith(f"{WS}\n3\n4\n5\n") and "No such file" in out  # the grader is hidden
+    bash(env, "echo 12 > total.txt")
+    _, reward, terminated, _, info = finish(env)
+    assert terminated and reward == 1.0 and info["reward_breakdown"] == {"exists": 1.0, "correct": 1.0}
+    env.reset(seed=0, options={"task_id": "task_0000"})
+    bash(env, "echo 11 > total.txt")
+    _, reward, _, _, info = finish(env)
+    assert reward == 0.5 and info["reward_breakdown"]["correct"] == 0.0
+    env.close()
+
+
+def test_clawgym_chat_payload_and_grader_failures(clawgym):
+    env = HarnessEnv(tasks=f"clawgym:{clawgym}")
+    env.reset(seed=0, options={"task_id": "task_0001"})
+    assert finish(env, "The answer is 42.")[1] == 1.0
+    env.reset(seed=0, options={"task_id": "task_0001"})
+    assert finish(env, "The answer is 41.")[1] == 0.0
+    env.reset(seed=0, options={"task_id": "task_0002"})
+    _, reward, _, _, info = finish(env)
+    assert reward == 0.0 and "task_0002: the grader timed out after 2 s" in info["grader_error"]
+    env.reset(seed=0, options={"task_id": "task_0003"})
+    _, reward, _, _, info = finish(env)
+    assert reward == 0.0 and "task_0003: the grader's last line is not a reward: 'looks good'" in info["grader_error"]
+    env.close()
+
+
+def test_clawgym_corpus_lines(tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESS_GYM_CACHE", str(tmp_path / "cache"))
+    from harness_gym.tasks import clawgym as module
+
+    corpus = tmp_path / "corpus.jsonl"
+    lines = [
+        {
+            "prompt": "Write hello to greeting.txt.",
+            "rule": "file",
+            "origin_template": "id: greet_001\nkind: file",
+            "input_files": [
+                {"file_path": "notes.md", "content": "hi"},
+                {
+                    "file_path": "reward/reward.sh",
+                    "content": f'test "$(cat {WS}/greeting.txt)" = hello && echo 1.0 || echo 0.0\n',
+                },
+            ],
+            "hook_code": "",
+        },
+        {
+            "prompt": "Create ok.flag.",
+            "origin_template": "id: flag_002",
+            "input_files": [],
+            "hook_code": f"import os\nprint(1.0 if os.path.exists('{WS}/ok.flag') else 0.0)\n",
+        },
+        {
+            "prompt": "Escape.",
+            "origin_template": "id: evil_003",
+            "input_files": [{"file_path": "../../etc/x", "content": ""}],
+        },
+    ]
+    corpus.write_text("\n".join(json.dumps(line) for line in lines) + "\nnot json\n")
+    suite = module.load_clawgym(str(corpus))
+    assert (tmp_path / "cache" / "clawgym").is_dir()
+    assert [t.id for t in suite.tasks] == ["greet_001", "flag_002"]  # corpus order
+    assert any("evil_003" in e and "unsafe" in e for e in suite.errors) and any("line 4" in e for e in suite.errors)
+    env = HarnessEnv(tasks=suite.tasks)
+    env.reset(seed=0, options={"task_id": "greet_001"})
+    assert bash(env, "cat notes.md")[0]["messages"][-1]["content"] == "hi"
+    bash(env, "echo hello > greeting.txt")
+    assert finish(env)[1] == 1.0
+    env.reset(seed=0, options={"task_id": "flag_002"})
+    bash(env, "touch ok.flag")
+    assert finish(env)[1] == 1.0
+    env.close()
+
+
+@pytest.fixture
+def pinchbench(tmp_path):
+    root = tmp_path / "pinchbench"
+    write(root / "assets" / "todo.txt", "buy milk\ncall mom\n")
+    write(
+        root / "tasks" / "task_01_count.md",
+        """
+        ---
+        id: task_01_count
+        name: Count todo items
+        category: files
+        grading_type: automated
+        timeout_seconds: 120
+        workspace_files:
+          - source: assets/todo.txt
+            dest: todo.txt
+        ---
+
+        ## Prompt
+
+        Count the items in todo.txt and write the number to count.txt.
+
+        ## Expected Behavior
+
+        The agent reads the file and writes 2.
+
+        ## Grading Criteria
+
+        - [ ] count.txt holds 2
+
+        ## Automated Checks
+
+        ```python
+        import os
+
+        def grade(transcript, workspace_path):
+            path = os.path.join(workspace_path, "count.txt")
+            correct = os.path.exists(path) and open(path).read().strip() == "2"
+            used_tools = any(part.get("type") == "toolCall"
+                             for event in transcript for part in event["message"].get("content", [])
+                             if event["message"]["role"] == "assistant" and isinstance(part, dict))
+            return {"file_correct": 1.0 if correct else 0.0, "used_tools": 1.0 if used_tools else 0.0}
+        ```
+        """,
+    )
+    write(
+        root / "tasks" / "task_02_poem.md",
+        """
+        ---
+        id: task_02_poem
+        name: Write a poem
+        category: writing
+        grading_type: llm_judge
+        timeout_seconds: 60
+        workspace_files: []
+        ---
+
+        ## Prompt
+
+        Write a two-line poem about the sea in poem.txt.
+
+        ## Grading Criteria
+
+        - [ ] Two lines about the sea
+        """,
+    )
+    write(
+        root / "tasks" / "task_03_hybrid.md",
+        """
+        ---
+        id: task_03_hybrid
+        name: Hybrid
+        grading_type: hybrid
+        ---
+
+        ## Prompt
+
+        Create done.txt.
+
+        ## Grading Criteria
+
+        - [ ] done.txt exists
+
+        ## Automated Checks
+
+        ```python
+        import os
+        def grade(transcript, workspace_path):
+            return {"exists": float(os.path.exists(os.path.join(workspace_path, "done.txt")))}
+        ```
+        """,
+    )
+    write(root / "tasks" / "task_04_broken.md", "no front matter here\n")
+    write(root / "tasks" / "TASK_TEMPLATE.md", "---\nid: task_XX\n---\n## Prompt\nx\n")
+    return root
+
+
+def test_pinchbench_suite(pinchbench, tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESS_GYM_CACHE", str(tmp_path / "cache"))
+    suite = validate_suite(f"pinchbench:{pinchbench}")
+    assert [t.id for t in suite.tasks] == ["task_01_count", "task_02_poem", "task_03_hybrid"]
+    assert suite.errors == ["task task_04_broken: no YAML front matter between --- lines"]
+    env = HarnessEnv(tasks=suite.tasks)
+    env.reset(seed=0, options={"task_id": "task_01_count"})
+    assert bash(env, "cat todo.txt")[0]["messages"][-1]["content"] == "buy milk\ncall mom\n"
+    bash(env, "wc -l < todo.txt > count.txt")
+    _, reward, _, _, info = finish(env)
+    assert reward == 1.0 and info["reward_breakdown"] == {"file_correct": 1.0, "used_tools": 1.0}
+    env.reset(seed=0, options={"task_id": "task_02_poem"})
+    _, reward, _, _, info = finish(env)
+    assert (
+        reward == 0.0 and "needs" not in (info["grader_error"] or "") and "none is configured" in info["grader_error"]
+    )
+    assert info["reward_breakdown"]["llm_judge"].startswith("skipped")
+    env.close()
+
+
+def test_pinchbench_hybrid_with_a_judge(pinchbench, tmp_path, monkeypatch, chat_server):
+    monkeypatch.setenv("HARNESS_GYM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HARNESS_GYM_JUDGE_URL", chat_server["url"])
+    monkeypatch.setenv("HARNESS_GYM_JUDGE_MODEL", "judge")
+    chat_server["replies"].append('{"score": 0.5, "rationale": "half done"}')
+    env = HarnessEnv(tasks=f"pinchbench:{pinchbench}")
+    env.reset(seed=0, options={"task_id": "task_03_hybrid"})
+    bash(env, "touch done.txt")
+    _, reward, _, _, info = finish(env)
+    env.close()
+    assert reward == 0.75 and info["reward_breakdown"]["exists"] == 1.0 and info["reward_breakdown"]["llm_judge"] == 0.5
+    judged = chat_server["requests"][0]["body"]["messages"][1]["content"]
+    assert "done.txt exists" in judged and "touch done.txt" in judged
