@@ -78,7 +78,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from harness_gym.tasks import load_tasks
 
     configs = parse_configs(args.configs)
-    tasks = load_tasks(args.tasks)
+    tasks = [t for t in load_tasks(args.tasks) if t.solution]
+    if not tasks:
+        raise ValueError(f"no task of {args.tasks} has a reference solution to check")
     out = open(args.out, "w", encoding="utf-8") if args.out else None  # noqa: SIM115
     failures: list[str] = []
     started = time.perf_counter()
@@ -201,6 +203,40 @@ def _cmd_view(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_tasks(args: argparse.Namespace) -> int:
+    from collections import Counter
+
+    from harness_gym.tasks import validate_suite
+
+    suite = validate_suite(args.suite)
+    if args.action == "list":
+        print(f"{'task':<34}{'family':<20}{'split':<7}{'grading':<11}{'solution':<9}mount / image")
+        for task in suite.tasks:
+            grading = (task.judge or {}).get("type", "automated")
+            where = task.image or task.mount_path
+            print(
+                f"{task.id:<34}{task.metadata.get('family', '')!s:<20}{task.split:<7}{grading:<11}"
+                f"{'yes' if task.solution else 'no':<9}{where}"
+            )
+    splits = Counter(t.split for t in suite.tasks)
+    families = Counter(str(t.metadata.get("family", "unknown")) for t in suite.tasks)
+    print(
+        f"{args.suite}: {len(suite.tasks)} tasks ({', '.join(f'{k} {v}' for k, v in sorted(splits.items()))}; "
+        f"{', '.join(f'{k} {v}' for k, v in sorted(families.items()))}), "
+        f"{sum(bool(t.solution) for t in suite.tasks)} with a reference solution, {len(suite.errors)} broken"
+    )
+    for error in suite.errors:
+        print(f"  BROKEN {error}")
+    if args.action == "check":
+        solvable = [t.id for t in suite.tasks if t.solution]
+        if not solvable:
+            print("no task of this suite has a reference solution: nothing to check")
+            return 1 if suite.errors else 0
+        check_args = argparse.Namespace(configs=args.configs, tasks=args.suite, format="hermes", seed=0, out=None)
+        return max(_cmd_check(check_args), 1 if suite.errors else 0)
+    return 1 if suite.errors else 0
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     from harness_gym.serve import ModelServer
 
@@ -291,6 +327,14 @@ def build_parser() -> argparse.ArgumentParser:
     view.add_argument("trajectory", type=Path)
     view.add_argument("--html", type=Path, help="write a standalone HTML page instead")
     view.set_defaults(func=_cmd_view)
+
+    tasks = sub.add_parser("tasks", help="list, validate or check (reference solutions) a task suite")
+    tasks.add_argument("action", choices=["list", "validate", "check"])
+    tasks.add_argument(
+        "suite", nargs="?", default="builtin", help="builtin[:split], clawgym:PATH, pinchbench:PATH, ..."
+    )
+    tasks.add_argument("--configs", default="training,heldout", help="check: harnesses to solve the tasks in")
+    tasks.set_defaults(func=_cmd_tasks)
 
     serve = sub.add_parser("serve", help="serve a local model over an OpenAI-compatible API (CPU, for tests and demos)")
     serve.add_argument("--model", help="a local model folder (default: the packaged SmolLM2-135M-Instruct)")

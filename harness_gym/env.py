@@ -143,7 +143,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         self.sandbox = self._sandbox_for(self.task)
         self.workspace = self.sandbox.new_workspace()
         self.task.materialize(self.workspace)
-        self.sandbox.start(self.workspace, self.task.mount_path)
+        self.sandbox.start(self.workspace, self.task.mount_path, self.task.hidden_paths)
         self.context = ContextManager(self.harness_spec, self.summarizer, self.sandbox.write_file, self.task.mount_path)
 
         if any(_is_library(t.implementation) for t in self.tool_interface.tools.values()):

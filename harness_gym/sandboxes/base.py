@@ -46,7 +46,8 @@ class Sandbox(Protocol):
     """One episode's execution context.
 
     ``new_workspace`` returns a fresh, empty host folder that the sandbox owns (and removes at
-    ``close``); the harness fills it with the task's files; ``start`` mounts it at ``mount_path``;
+    ``close``); the harness fills it with the task's files; ``start`` mounts it at ``mount_path`` (and makes
+    ``hide``, paths of a task's image the agent must not see, absent);
     ``run`` executes a shell command in the persistent shell; ``run_tool`` runs one of the
     harness's tool scripts with a JSON payload; ``grade`` stops the agent's processes and runs a
     grading command in a fresh context where the grader files (copied into GRADER_DIR; a folder
@@ -57,7 +58,7 @@ class Sandbox(Protocol):
 
     def new_workspace(self) -> Path: ...
 
-    def start(self, workspace: Path, mount_path: str) -> None: ...
+    def start(self, workspace: Path, mount_path: str, hide: Sequence[str] = ()) -> None: ...
 
     def run(self, command: str, timeout_s: float | None = None) -> CommandResult: ...
 

@@ -129,8 +129,9 @@ class BubblewrapSandbox(ShellSandbox):
         self._sync_state()
         return self.workspace
 
-    def start(self, workspace: Path, mount_path: str) -> None:
-        """Start the episode's shell with ``workspace`` mounted read-write at ``mount_path``."""
+    def start(self, workspace: Path, mount_path: str, hide: Sequence[str] = ()) -> None:
+        """Start the episode's shell with ``workspace`` mounted read-write at ``mount_path``.
+        (``hide`` concerns image paths; the local sandbox shows no image.)"""
         self._stop()
         workspace = Path(workspace).resolve()
         if not workspace.is_dir():

@@ -140,7 +140,9 @@ class DockerSandbox(ShellSandbox):
         self._state["workspace"] = self.workspace
         return self.workspace
 
-    def start(self, workspace: Path, mount_path: str) -> None:
+    def start(self, workspace: Path, mount_path: str, hide: Sequence[str] = ()) -> None:
+        """Start a container with ``workspace`` at ``mount_path``; ``hide`` paths of the image (hidden
+        tests, say) are deleted from this container before the agent's shell starts."""
         self._stop()
         self.workspace = Path(workspace).resolve()
         self._state["workspace"] = self.workspace
@@ -149,6 +151,12 @@ class DockerSandbox(ShellSandbox):
         self._state["control"] = self._control
         self.container = self._run_container(KEEPALIVE, extra_volumes={})
         self._state["container"] = self.container
+        if hide:
+            result = self.container.exec_run(["rm", "-rf", "--", *hide], user="root")
+            if result.exit_code != 0:
+                raise SandboxError(
+                    f"could not hide {list(hide)} in the container: {result.output.decode(errors='replace')}"
+                )
         self._start_shell()
 
     def close(self) -> None:
@@ -285,3 +293,21 @@ def _finalize(state: dict[str, Any]) -> None:
 
 
 register_backend("docker", DockerSandbox)
+
+
+def extract_image_path(image: str, path: str, destination: Path, docker_host: str | None = None) -> None:
+    """Copy a folder of an image (e.g. a repository at /testbed) into ``destination``."""
+    import io
+    import tarfile
+
+    client = _docker_client(docker_host or os.environ.get("DOCKER_HOST"))
+    container = client.containers.create(image, KEEPALIVE)
+    try:
+        stream, _ = container.get_archive(path.rstrip("/") + "/.")
+        data = io.BytesIO(b"".join(stream))
+        destination.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(fileobj=data) as archive:
+            members = [m for m in archive.getmembers() if m.name not in (".", "./")]
+            archive.extractall(destination, members=members, filter="tar")
+    finally:
+        container.remove(force=True)

@@ -10,6 +10,8 @@ library, enough for the harness's tool scripts and graders.
 from __future__ import annotations
 
 import contextlib
+import importlib
+import importlib.metadata
 import os
 import shutil
 import signal
@@ -17,6 +19,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from harness_gym.sandboxes.base import SandboxError
@@ -102,9 +105,18 @@ def _libraries(binary: str) -> list[str]:
 
 
 def build_local_image(
-    tag: str = "harness-gym-local:latest", *, with_python: bool = True, docker_host: str | None = None
+    tag: str = "harness-gym-local:latest",
+    *,
+    with_python: bool = True,
+    docker_host: str | None = None,
+    extra_folders: Mapping[str, Path] | None = None,
+    python_packages: Sequence[str] = (),
 ) -> str:
-    """Import an image made of this host's busybox (and Debian python3). Returns the tag."""
+    """Import an image made of this host's busybox (and Debian python3). Returns the tag.
+
+    ``extra_folders`` maps image paths to host folders to include (a repository at /testbed, say);
+    ``python_packages`` names pure-Python packages importable here to copy into the image's
+    dist-packages (e.g. pytest and its dependencies)."""
     if not os.path.exists(BUSYBOX):
         raise SandboxError(f"{BUSYBOX} not found (Debian/Ubuntu: apt-get install -y busybox-static)")
     if with_python and not os.path.exists(PYTHON):
@@ -149,6 +161,20 @@ def build_local_image(
                     return None if any(s in "/" + member.name + "/" for s in skip) else member
 
                 tar.add(stdlib, stdlib.lstrip("/"), filter=keep)
+                for name in python_packages:
+                    module = importlib.import_module(name)
+                    source = (
+                        Path(module.__file__).parent
+                        if Path(module.__file__).name == "__init__.py"
+                        else Path(module.__file__)
+                    )
+                    tar.add(str(source), f"usr/lib/python3/dist-packages/{source.name}", filter=keep)
+                    with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+                        info = getattr(importlib.metadata.distribution(name), "_path", None)  # its metadata
+                        if info is not None and Path(info).is_dir():
+                            tar.add(str(info), f"usr/lib/python3/dist-packages/{Path(info).name}")
+            for inside, host in (extra_folders or {}).items():
+                tar.add(str(host), inside.strip("/"))
         env = dict(os.environ)
         if docker_host:
             env["DOCKER_HOST"] = docker_host

@@ -64,7 +64,7 @@ class UnsafeHostSandbox(ShellSandbox):
         self.workspace = Path(tempfile.mkdtemp(prefix="harness-gym-ws-", dir=self.workspace_root))
         return self.workspace
 
-    def start(self, workspace: Path, mount_path: str) -> None:
+    def start(self, workspace: Path, mount_path: str, hide: Sequence[str] = ()) -> None:
         warnings.warn(
             f"agent commands run on the host WITHOUT ISOLATION ({ALLOW_VARIABLE})", UnsandboxedHostWarning, stacklevel=2
         )

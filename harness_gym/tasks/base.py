@@ -54,9 +54,15 @@ class Task:
     grader_payload: bool = False
     grader_env: Mapping[str, str] = field(default_factory=dict)
     judge: Mapping[str, Any] | None = None
+    workspace_from_image: str | None = None  # the workspace is this folder of ``image`` (e.g. /testbed)
+    hidden_paths: tuple[str, ...] = ()  # paths of ``image`` the agent must not see (hidden tests)
 
     def materialize(self, destination: Path) -> None:
         """Copy the starting workspace into ``destination`` (an empty folder)."""
+        if self.workspace_from_image is not None and self.image is not None:
+            shutil.copytree(
+                image_folder(self.image, self.workspace_from_image), destination, dirs_exist_ok=True, symlinks=True
+            )
         if self.workspace_dir is not None:
             shutil.copytree(self.workspace_dir, destination, dirs_exist_ok=True, symlinks=True)
 
@@ -66,6 +72,9 @@ class Task:
         env = dict(self.grader_env)
         with tempfile.TemporaryDirectory(prefix="harness-gym-payload-") as extra:
             files = list(self.grader_files)
+            restore = self.metadata.get("restore_files") or ()
+            if restore and self.image and self.workspace_from_image:
+                files.append(_pristine(Path(extra), image_folder(self.image, self.workspace_from_image), restore))
             if self.grader_payload:
                 path = Path(extra) / PAYLOAD_FILE
                 path.write_text(json.dumps(self.payload(transcript or []), ensure_ascii=False), encoding="utf-8")
@@ -93,6 +102,39 @@ class Task:
             "final_message": final_message(transcript),
             "transcript": openclaw_transcript(transcript),
         }
+
+
+def _pristine(folder: Path, original: Path, paths: Sequence[str]) -> Path:
+    """The original versions of ``paths`` under ``folder/pristine/`` (what the grader restores)."""
+    root = folder / "restore"
+    for relative in paths:
+        source = original / relative
+        if source.is_file():
+            target = root / "pristine" / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    (root / "pristine").mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def image_folder(image: str, path: str) -> Path:
+    """A folder of a container image, extracted once into the cache and reused."""
+    import hashlib
+    import os
+
+    from harness_gym.sandboxes.docker import extract_image_path
+
+    root = Path(os.environ.get("HARNESS_GYM_CACHE", Path.home() / ".cache" / "harness-gym")) / "images"
+    root.mkdir(parents=True, exist_ok=True)
+    name = hashlib.sha256(f"{image}:{path}".encode()).hexdigest()[:20]
+    target, done = root / name, root / f"{name}.complete"
+    if not done.exists():
+        staging = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=root))
+        extract_image_path(image, path, staging)
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+        done.touch()
+    return target
 
 
 def final_message(transcript: Sequence[Mapping[str, Any]]) -> str:

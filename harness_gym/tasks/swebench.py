@@ -1,0 +1,170 @@
+"""SWE-bench / SWE-Gym instances and R2E-Gym rows, run in the Docker sandbox.
+
+SWE-bench (JSON list or JSON lines): ``repo, instance_id, base_commit, patch, test_patch,
+problem_statement, hints_text, version, FAIL_TO_PASS, PASS_TO_PASS, environment_setup_commit``.
+The image is ``sweb.eval.{arch}.{instance_id.lower()}:latest`` (a ``__`` in the id becomes
+``_1776_``); the repository at /testbed becomes the workspace. Resolved = every FAIL_TO_PASS and
+PASS_TO_PASS test passes after the test patch is applied.
+
+R2E-Gym (rows): ``repo_name, docker_image, commit_hash, problem_statement, expected_output_json,
+...``; the hidden tests in /r2e_tests are deleted from the agent's container and run with
+``pytest -rA`` when grading; reward 1 only if every status matches ``expected_output_json``.
+
+The agent sees the problem statement only: never the gold patch, the test patch, the test code
+(R2E's ``prompt`` and ``execution_result_content``) or the hints unless asked for (``#hints``).
+
+    tasks="swebench:/data/swe-bench-verified.jsonl"   tasks="r2e:/data/r2e-lite.jsonl"
+    options after '#', comma-separated: hints, arch=arm64, image=<tag> (one image for all)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from harness_gym.tasks.base import Suite, Task, TaskError, register_loader
+from harness_gym.tasks.clawgym import cache_dir
+
+RUNNER = Path(__file__).resolve().parent / "graders" / "swebench_runner.py"
+SWEBENCH_FIELDS = ("instance_id", "problem_statement", "test_patch", "FAIL_TO_PASS", "PASS_TO_PASS")
+R2E_FIELDS = ("repo_name", "docker_image", "commit_hash", "problem_statement", "expected_output_json")
+# SWE-bench images keep the project's environment in conda env "testbed"; activate it where present
+# (a failing `.` would end a POSIX shell, hence the test first)
+GRADE_COMMAND = (
+    "if [ -f /opt/miniconda3/bin/activate ]; then . /opt/miniconda3/bin/activate testbed; fi; "
+    "cd /testbed && python3 {grader}/runner.py {grader}"
+)
+
+
+def swebench_image(instance_id: str, arch: str = "x86_64") -> str:
+    return f"sweb.eval.{arch}.{instance_id.lower().replace('__', '_1776_')}:latest"
+
+
+def _json_list(value: Any, field: str, task_id: str) -> list[str]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise TaskError(f"task {task_id}: {field} is not a JSON list: {exc}") from exc
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise TaskError(f"task {task_id}: {field} must be a list of test names")
+    return value
+
+
+def _test_files(test_patch: str) -> list[str]:
+    return sorted({line[len("+++ b/") :].strip() for line in test_patch.splitlines() if line.startswith("+++ b/")})
+
+
+def _grader_folder(kind: str, task_id: str, spec: dict[str, Any], test_patch: str = "") -> Path:
+    digest = hashlib.sha256(json.dumps([spec, test_patch], sort_keys=True).encode()).hexdigest()[:16]
+    folder = cache_dir() / kind / f"{task_id}-{digest}"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
+    (folder / "test.patch").write_text(test_patch, encoding="utf-8")
+    shutil.copy2(RUNNER, folder / "runner.py")
+    return folder
+
+
+def swebench_task(row: dict[str, Any], options: dict[str, str]) -> Task:
+    task_id = str(row.get("instance_id") or "?")
+    missing = [f for f in SWEBENCH_FIELDS if f not in row]
+    if missing:
+        raise TaskError(f"task {task_id}: missing {', '.join(missing)}")
+    f2p = _json_list(row["FAIL_TO_PASS"], "FAIL_TO_PASS", task_id)
+    p2p = _json_list(row["PASS_TO_PASS"], "PASS_TO_PASS", task_id)
+    files = _test_files(row["test_patch"])
+    if not files:
+        raise TaskError(f"task {task_id}: the test patch touches no file")
+    spec = {"kind": "swebench", "fail_to_pass": f2p, "pass_to_pass": p2p, "test_paths": files}
+    instruction = str(row["problem_statement"]).strip()
+    if "hints" in options and row.get("hints_text"):
+        instruction += "\n\nHints:\n" + str(row["hints_text"]).strip()
+    image = options.get("image") or swebench_image(task_id, options.get("arch", "x86_64"))
+    return Task(
+        id=task_id,
+        instruction=instruction,
+        mount_path="/testbed",
+        image=image,
+        workspace_from_image="/testbed",
+        grader_files=(_grader_folder("swebench", task_id, spec, row["test_patch"]),),
+        grade_command=GRADE_COMMAND,
+        grader_timeout_s=1800,
+        metadata={
+            "family": "swe-bench",
+            "repo": row.get("repo"),
+            "version": row.get("version"),
+            "base_commit": row.get("base_commit"),
+            "restore_files": files,  # restored from the image before the test patch is applied
+        },
+    )
+
+
+def r2e_task(row: dict[str, Any], options: dict[str, str]) -> Task:
+    task_id = f"{row.get('repo_name', '?')}-{str(row.get('commit_hash', ''))[:12]}"
+    missing = [f for f in R2E_FIELDS if not row.get(f)]
+    if missing:
+        raise TaskError(f"task {task_id}: missing {', '.join(missing)}")
+    expected = row["expected_output_json"]
+    if isinstance(expected, str):
+        try:
+            expected = json.loads(expected)
+        except json.JSONDecodeError as exc:
+            raise TaskError(f"task {task_id}: expected_output_json is not JSON: {exc}") from exc
+    if not isinstance(expected, dict) or not expected:
+        raise TaskError(f"task {task_id}: expected_output_json must map test names to statuses")
+    spec = {"kind": "r2e", "expected": expected, "test_paths": ["/r2e_tests"]}
+    return Task(
+        id=task_id,
+        instruction=str(row["problem_statement"]).strip(),
+        mount_path="/testbed",
+        image=options.get("image") or str(row["docker_image"]),
+        workspace_from_image="/testbed",
+        hidden_paths=("/r2e_tests",),
+        grader_files=(_grader_folder("r2e", task_id, spec),),
+        grade_command=GRADE_COMMAND,
+        grader_timeout_s=1800,
+        metadata={"family": "r2e-gym", "repo": row["repo_name"], "commit": row["commit_hash"]},
+    )
+
+
+def _rows(path: Path) -> list[tuple[int, Any]]:
+    text = path.read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):
+        return list(enumerate(json.loads(text), 1))
+    rows = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append((number, json.loads(line)))
+            except json.JSONDecodeError as exc:
+                rows.append((number, TaskError(f"line {number}: not JSON ({exc.msg})")))
+    return rows
+
+
+def _loader(build: Any, name: str) -> Any:
+    def load(argument: str) -> Suite:
+        path_text, _, option_text = argument.partition("#")
+        options = dict(item.partition("=")[::2] for item in option_text.split(",") if item)
+        path = Path(path_text).expanduser()
+        if not path.is_file():
+            raise TaskError(f"{name}: {path_text!r} is not a file (expected JSON lines or a JSON list)")
+        suite = Suite([])
+        for number, row in _rows(path):
+            try:
+                if isinstance(row, Exception):
+                    raise row
+                if not isinstance(row, dict):
+                    raise TaskError(f"line {number}: not a JSON object")
+                suite.tasks.append(build(row, options))
+            except TaskError as exc:
+                suite.errors.append(f"{path.name}: {exc}")
+        return suite
+
+    return load
+
+
+register_loader("swebench", _loader(swebench_task, "swebench"))
+register_loader("r2e", _loader(r2e_task, "r2e"))

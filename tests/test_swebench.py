@@ -1,0 +1,147 @@
+"""SWE-bench- and R2E-Gym-format tasks in the Docker sandbox, on an image the test builds: a tiny
+repository at /testbed, hidden tests at /r2e_tests, and pytest copied in (no registry needed)."""
+
+import json
+
+import pytest
+
+from harness_gym import HarnessEnv
+from harness_gym.sandboxes.docker_support import build_local_image
+from harness_gym.tasks import validate_suite
+from harness_gym.tasks.swebench import swebench_image
+
+TEST_PATCH = "\n".join(
+    [
+        "--- a/tests/test_calc.py",
+        "+++ b/tests/test_calc.py",
+        "@@ -4,3 +4,7 @@",
+        " ",
+        " def test_sub():",
+        "     assert sub(5, 3) == 2",
+        "+",
+        "+",
+        "+def test_add():",
+        "+    assert add(2, 3) == 5",
+        "",
+    ]
+)
+
+
+@pytest.fixture(scope="module")
+def swe_image(docker_engine, tmp_path_factory):
+    host, _ = docker_engine
+    repo = tmp_path_factory.mktemp("testbed")
+    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n")
+    (repo / "tests").mkdir()
+    (repo / "tests" / "__init__.py").write_text("")
+    (repo / "tests" / "test_calc.py").write_text(
+        "from calc import add, sub\n\n\ndef test_sub():\n    assert sub(5, 3) == 2\n"
+    )
+    hidden = tmp_path_factory.mktemp("r2e_tests")
+    (hidden / "test_r2e.py").write_text(
+        "import sys\nsys.path.insert(0, '/testbed')\nfrom calc import add, sub\n\n\n"
+        "def test_add():\n    assert add(2, 3) == 5\n\n\ndef test_sub():\n    assert sub(5, 3) == 2\n"
+    )
+    tag = build_local_image(
+        "sweb.eval.x86_64.demo_1776_calc-1:latest",
+        docker_host=host,
+        extra_folders={"/testbed": repo, "/r2e_tests": hidden},
+        python_packages=["pytest", "_pytest", "py", "pluggy", "iniconfig", "packaging", "pygments"],
+    )
+    return host, tag
+
+
+@pytest.fixture
+def datasets(tmp_path, swe_image, monkeypatch):
+    host, tag = swe_image
+    monkeypatch.setenv("DOCKER_HOST", host)
+    monkeypatch.setenv("HARNESS_GYM_CACHE", str(tmp_path / "cache"))
+    swe = tmp_path / "swe.jsonl"
+    swe.write_text(
+        "\n".join(
+            json.dumps(row)
+            for row in [
+                {
+                    "repo": "demo/calc",
+                    "instance_id": "demo__calc-1",
+                    "base_commit": "abc",
+                    "patch": "GOLD PATCH - never shown",
+                    "test_patch": TEST_PATCH,
+                    "problem_statement": "add() subtracts instead of adding.",
+                    "hints_text": "Look at calc.py",
+                    "version": "1.0",
+                    "FAIL_TO_PASS": json.dumps(["tests/test_calc.py::test_add"]),
+                    "PASS_TO_PASS": json.dumps(["tests/test_calc.py::test_sub"]),
+                    "environment_setup_commit": "abc",
+                },
+                {"instance_id": "broken-1", "problem_statement": "x"},
+            ]
+        )
+    )
+    r2e = tmp_path / "r2e.jsonl"
+    r2e.write_text(
+        json.dumps(
+            {
+                "repo_name": "calc",
+                "docker_image": tag,
+                "commit_hash": "0123456789abcdef",
+                "problem_statement": "add() is wrong.",
+                "prompt": "GOLD PATCH - never shown",
+                "execution_result_content": "TEST CODE - never shown",
+                "expected_output_json": json.dumps({"test_add": "PASSED", "test_sub": "PASSED"}),
+            }
+        )
+    )
+    return swe, r2e
+
+
+def bash(env, command):
+    obs, *_ = env.step(
+        f"<tool_call>{json.dumps({'name': 'execute_bash', 'arguments': {'command': command}})}</tool_call>"
+    )
+    return obs["messages"][-1]["content"]
+
+
+def finish(env):
+    return env.step('<tool_call>{"name": "finish", "arguments": {}}</tool_call>')
+
+
+def test_image_naming():
+    assert swebench_image("django__django-11099") == "sweb.eval.x86_64.django_1776_django-11099:latest"
+    assert swebench_image("Foo__bar-1", "arm64") == "sweb.eval.arm64.foo_1776_bar-1:latest"
+
+
+def test_swebench_instance_resolved_only_by_a_real_fix(datasets):
+    swe, _ = datasets
+    suite = validate_suite(f"swebench:{swe}")
+    assert [t.id for t in suite.tasks] == ["demo__calc-1"] and "broken-1: missing" in suite.errors[0]
+    task = suite.tasks[0]
+    assert task.image == "sweb.eval.x86_64.demo_1776_calc-1:latest" and "Look at calc.py" not in task.instruction
+    env = HarnessEnv(tasks=suite.tasks)  # a task with an image runs in Docker by default
+    obs, _ = env.reset(seed=0)
+    shown = json.dumps(obs)
+    assert "GOLD PATCH" not in shown and "test_add" not in shown
+    assert "def add(a, b)" in bash(env, "cat calc.py")
+    _, reward, _, _, info = finish(env)  # unfixed
+    assert reward == 0.0 and info["reward_breakdown"] == {"fail_to_pass": "0/1", "pass_to_pass": "1/1"}, (
+        env.last_grade.log
+    )
+    env.reset(seed=0)
+    bash(env, "sed -i '2s/a - b/a + b/' calc.py && rm -rf tests")  # fixes, and deletes the visible tests
+    _, reward, _, _, info = finish(env)
+    assert reward == 1.0, info
+    env.close()
+
+
+def test_r2e_row_with_hidden_tests(datasets):
+    _, r2e = datasets
+    env = HarnessEnv(tasks=f"r2e:{r2e}")
+    env.reset(seed=0)
+    assert "No such file" in bash(env, "ls /r2e_tests 2>&1")  # hidden from the agent
+    bash(env, "sed -i '2s/a - b/a + b/' calc.py")
+    _, reward, _, _, info = finish(env)
+    assert reward == 1.0 and info["reward_breakdown"] == {"matching_tests": "2/2"}
+    env.reset(seed=0)
+    _, reward, _, _, info = finish(env)
+    assert reward == 0.0 and info["reward_breakdown"] == {"matching_tests": "1/2"}
+    env.close()
