@@ -208,6 +208,18 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
 
     from harness_gym.tasks import validate_suite
 
+    if args.action == "generate":
+        from tqdm import tqdm
+
+        from harness_gym.tasks.generator import generate
+
+        out = args.out or Path("generated-tasks")
+        with tqdm(total=args.count, unit="task", desc="generating", file=sys.stderr) as bar:
+            ids = generate(out, args.count, args.seed, progress=lambda n: bar.update(1))
+        print(f"{len(ids)} verified tasks in {out} (load them with tasks='generated:{out}')")
+        if len(ids) < args.count:
+            print(f"only {len(ids)} distinct mutations that the hidden tests detect exist in the built-in projects")
+        return 0
     suite = validate_suite(args.suite)
     if args.action == "list":
         print(f"{'task':<34}{'family':<20}{'split':<7}{'grading':<11}{'solution':<9}mount / image")
@@ -329,11 +341,14 @@ def build_parser() -> argparse.ArgumentParser:
     view.set_defaults(func=_cmd_view)
 
     tasks = sub.add_parser("tasks", help="list, validate or check (reference solutions) a task suite")
-    tasks.add_argument("action", choices=["list", "validate", "check"])
+    tasks.add_argument("action", choices=["list", "validate", "check", "generate"])
     tasks.add_argument(
         "suite", nargs="?", default="builtin", help="builtin[:split], clawgym:PATH, pinchbench:PATH, ..."
     )
     tasks.add_argument("--configs", default="training,heldout", help="check: harnesses to solve the tasks in")
+    tasks.add_argument("--out", type=Path, help="generate: output folder (default generated-tasks)")
+    tasks.add_argument("--count", type=int, default=1000, help="generate: how many tasks")
+    tasks.add_argument("--seed", type=int, default=0, help="generate: the seed (same seed, same tasks)")
     tasks.set_defaults(func=_cmd_tasks)
 
     serve = sub.add_parser("serve", help="serve a local model over an OpenAI-compatible API (CPU, for tests and demos)")
