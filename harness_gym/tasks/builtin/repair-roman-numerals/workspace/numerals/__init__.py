@@ -1,0 +1,1 @@
+from numerals.roman import to_roman
