@@ -1,0 +1,2 @@
+def fetch_data(x):
+    return x
