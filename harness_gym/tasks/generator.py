@@ -15,12 +15,13 @@ from __future__ import annotations
 import ast
 import copy
 import hashlib
+import itertools
 import json
 import random
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,13 +50,29 @@ COMPARISONS: dict[type, type] = {
 }
 
 
+CALL_SWAPS = {"min": "max", "max": "min", "any": "all", "all": "any", "sorted": "reversed", "round": "int"}
+
+
 @dataclass(frozen=True)
 class Mutation:
     operator: str
     file: str
     line: int
-    original: str  # the source segment replaced
-    mutated: str
+    original: str  # the whole source lines replaced
+    mutated: str  # what replaces them
+
+    @property
+    def span(self) -> range:
+        return range(self.line, self.line + self.original.count("\n"))
+
+
+def apply_mutations(source: str, chosen: list[Mutation]) -> str:
+    """``source`` with several non-overlapping mutations applied (bottom-up, by line)."""
+    lines = source.splitlines(keepends=True)
+    for mutation in sorted(chosen, key=lambda m: -m.line):
+        start = mutation.line - 1
+        lines[start : start + mutation.original.count("\n")] = [mutation.mutated]
+    return "".join(lines)
 
 
 def _mutants(node: ast.AST) -> Iterator[tuple[str, ast.AST]]:
@@ -75,6 +92,22 @@ def _mutants(node: ast.AST) -> Iterator[tuple[str, ast.AST]]:
     if isinstance(node, ast.Constant) and type(node.value) is int and not isinstance(node.value, bool):
         for delta in (1, -1):
             yield "off by one", ast.Constant(node.value + delta)
+    if isinstance(node, ast.AugAssign) and type(node.op) in SWAPS:
+        new = copy.deepcopy(node)
+        new.op = SWAPS[type(node.op)]()
+        yield "operator swap", new
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in CALL_SWAPS:
+        new = copy.deepcopy(node)
+        new.func = ast.Name(CALL_SWAPS[node.func.id], ast.Load())
+        yield "wrong function", new
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in (ast.Is, ast.IsNot):
+        new = copy.deepcopy(node)
+        new.ops = [ast.IsNot() if isinstance(node.ops[0], ast.Is) else ast.Is()]
+        yield "wrong comparison", new
+    if isinstance(node, ast.Constant) and isinstance(node.value, bool):
+        yield "flipped constant", ast.Constant(not node.value)
+    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+        yield "dropped statement", ast.Pass()
     if isinstance(node, ast.If):
         negated = copy.deepcopy(node)
         negated.test = ast.UnaryOp(ast.Not(), node.test)
@@ -129,8 +162,9 @@ def correct_project(task: Task, destination: Path) -> None:
             path.write_text(path.read_text().replace(arguments["old_str"], arguments["new_str"], 1))
 
 
-def run_hidden_tests(task: Task, project: Path) -> float:
-    """The task's grader run directly on a project folder (our own tests and code, no agent)."""
+def run_hidden_tests(task: Task, project: Path, timeout_s: float = 5.0) -> float | None:
+    """The task's grader run directly on a project folder (our own tests and code, no agent);
+    None when the tests do not finish within ``timeout_s``."""
     with tempfile.TemporaryDirectory(prefix="harness-gym-verify-") as grader:
         for source in task.grader_files:
             if Path(source).is_dir():
@@ -139,9 +173,12 @@ def run_hidden_tests(task: Task, project: Path) -> float:
                 shutil.copy2(source, grader)
         command = task.grade_command.replace("{grader}", grader).split()
         command[0] = "/usr/bin/python3" if command[0] == "python3" else command[0]
-        result = subprocess.run(
-            [command[0], "-I", *command[1:]], cwd=project, capture_output=True, text=True, timeout=120
-        )
+        try:
+            result = subprocess.run(
+                [command[0], "-I", *command[1:]], cwd=project, capture_output=True, text=True, timeout=timeout_s
+            )
+        except subprocess.TimeoutExpired:
+            return None  # the code hangs: no good task (graders would wait for their time limit)
     try:
         return float(json.loads(result.stdout.strip().splitlines()[-1])["reward"])
     except (ValueError, IndexError, KeyError):
@@ -173,8 +210,14 @@ def generate(
     seed: int = 0,
     eval_share: float = 0.1,
     progress: Callable[[int], None] | None = None,
+    max_bugs: int = 3,
 ) -> list[str]:
-    """Write up to ``count`` verified, deduplicated tasks to ``out``; returns their ids."""
+    """Write up to ``count`` verified, deduplicated tasks to ``out``; returns their ids.
+
+    First-order tasks (one bug) come first, in seeded random order; when they run out, tasks with
+    two, then three bugs in different places of one project (higher-order mutants) follow, up to
+    ``max_bugs``.
+    """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     projects = [
@@ -184,9 +227,11 @@ def generate(
     ]
     projects = [p for p in projects if p.metadata.get("family") == "repository-repair"]
     rng = random.Random(seed)
-    candidates = []
+    written: list[str] = []
     with tempfile.TemporaryDirectory(prefix="harness-gym-generate-") as scratch:
         fixed: dict[str, Path] = {}
+        sources: dict[tuple[str, str], str] = {}
+        singles: list[tuple[Task, Mutation]] = []
         for project in projects:
             folder = Path(scratch) / project.id
             correct_project(project, folder)
@@ -197,32 +242,69 @@ def generate(
                 relative = str(path.relative_to(folder))
                 if "test" in Path(relative).name or relative.startswith("tests/"):
                     continue
-                source = path.read_text()
-                candidates += [
-                    (project, relative, mutation, mutated) for mutation, mutated in mutations(source, relative)
-                ]
-        rng.shuffle(candidates)
+                sources[(project.id, relative)] = path.read_text()
+                singles += [(project, mutation) for mutation, _ in mutations(sources[(project.id, relative)], relative)]
+        rng.shuffle(singles)
+        detected: list[tuple[Task, Mutation]] = []
         seen: set[str] = set()
-        written: list[str] = []
-        for project, relative, mutation, mutated in candidates:
-            if len(written) >= count:
-                break
-            digest = hashlib.sha256(f"{project.id}\0{relative}\0{mutated}".encode()).hexdigest()[:10]
+
+        def attempt(project: Task, chosen: list[Mutation]) -> bool:
+            files = {
+                m.file: apply_mutations(sources[(project.id, m.file)], [c for c in chosen if c.file == m.file])
+                for m in chosen
+            }
+            key = json.dumps([project.id, sorted(files.items())])
+            digest = hashlib.sha256(key.encode()).hexdigest()[:10]
             if digest in seen:
-                continue
+                return False
             seen.add(digest)
             trial = Path(scratch) / "trial"
             shutil.rmtree(trial, ignore_errors=True)
             shutil.copytree(fixed[project.id], trial)
-            (trial / relative).write_text(mutated)
+            for relative, text in files.items():
+                (trial / relative).write_text(text)
             if run_hidden_tests(project, trial) != 0.0:
-                continue  # the hidden tests do not notice this mutation
+                return False  # the hidden tests do not notice it (or the code hangs)
             task_id = f"gen-{project.id}-{digest}"
-            _write_task(out / task_id, task_id, project, trial, relative, mutation, mutated, rng.random() < eval_share)
+            _write_task(out / task_id, task_id, project, trial, chosen, files, rng.random() < eval_share)
             written.append(task_id)
             if progress:
                 progress(len(written))
+            return True
+
+        for project, mutation in singles:
+            if len(written) >= count:
+                return written
+            if attempt(project, [mutation]):
+                detected.append((project, mutation))
+        by_project: dict[str, list[Mutation]] = {}
+        for project, mutation in detected:
+            by_project.setdefault(project.id, []).append(mutation)
+        projects_by_id = {p.id: p for p in projects}
+        for bugs in range(2, max_bugs + 1):  # higher-order mutants: several detected bugs at once
+            combos = [
+                (projects_by_id[pid], list(combo))
+                for pid, found in by_project.items()
+                for combo in itertools.combinations(found, bugs)
+                if _disjoint(combo)
+            ]
+            rng.shuffle(combos)
+            for project, chosen in combos:
+                if len(written) >= count:
+                    return written
+                attempt(project, chosen)
     return written
+
+
+def _disjoint(chosen: Sequence[Mutation]) -> bool:
+    """No two mutations touch the same lines of the same file."""
+    taken: set[tuple[str, int]] = set()
+    for mutation in chosen:
+        lines = {(mutation.file, line) for line in mutation.span}
+        if taken & lines:
+            return False
+        taken |= lines
+    return True
 
 
 def _write_task(
@@ -230,9 +312,8 @@ def _write_task(
     task_id: str,
     project: Task,
     workspace: Path,
-    relative: str,
-    mutation: Mutation,
-    mutated: str,
+    chosen: list[Mutation],
+    files: dict[str, str],
     is_eval: bool,
 ) -> None:
     shutil.rmtree(folder, ignore_errors=True)
@@ -244,16 +325,36 @@ def _write_task(
         else:
             grader.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, grader)
-    function = _function_of(mutated, mutation.line)
-    where = f"`{function.name}` in {relative}" if function else relative
-    described = (ast.get_docstring(function) or "").strip() if function else ""
-    instruction = (
-        f"The repository at {project.mount_path} has a regression: {where} no longer behaves as documented"
-        + (f" ({described})" if described else "")
-        + ". Find the bug and fix it; keep the public interface unchanged."
-    )
-    old = _unique_context(mutated, mutation.mutated)
-    new = old.replace(mutation.mutated, mutation.original, 1)
+    places = []
+    for mutation in chosen:
+        function = _function_of(files[mutation.file], mutation.line)
+        described = (ast.get_docstring(function) or "").strip() if function else ""
+        where = f"`{function.name}` in {mutation.file}" if function else mutation.file
+        places.append(where + (f" ({described})" if described else ""))
+    if len(chosen) == 1:
+        instruction = (
+            f"The repository at {project.mount_path} has a regression: {places[0]} no longer behaves as "
+            "documented. Find the bug and fix it"
+        )
+    else:
+        instruction = (
+            f"The repository at {project.mount_path} has {len(chosen)} regressions: "
+            + "; ".join(places)
+            + " no longer behave as documented. Find the bugs and fix them"
+        )
+    instruction += "; keep the public interface unchanged."
+    solution = []
+    current = dict(files)
+    for mutation in sorted(chosen, key=lambda m: (m.file, -m.line)):
+        old = _unique_context(current[mutation.file], mutation.mutated)
+        new = old.replace(mutation.mutated, mutation.original, 1)
+        current[mutation.file] = current[mutation.file].replace(old, new, 1)
+        solution.append(
+            {
+                "tool": "file_editor",
+                "arguments": {"command": "str_replace", "path": mutation.file, "old_str": old, "new_str": new},
+            }
+        )
     meta = {
         "id": task_id,
         "family": "generated-repair",
@@ -261,13 +362,12 @@ def _write_task(
         "mount_path": project.mount_path,
         "instruction": instruction,
         "grade_command": project.grade_command,
-        "metadata": {"source_task": project.id, "operator": mutation.operator, "file": relative, "line": mutation.line},
-        "solution": [
-            {
-                "tool": "file_editor",
-                "arguments": {"command": "str_replace", "path": relative, "old_str": old, "new_str": new},
-            }
-        ],
+        "metadata": {
+            "source_task": project.id,
+            "bugs": len(chosen),
+            "mutations": [{"operator": m.operator, "file": m.file, "line": m.line} for m in chosen],
+        },
+        "solution": solution,
     }
     (folder / "task.yaml").write_text(yaml.safe_dump(meta, sort_keys=False, allow_unicode=True))
 
