@@ -181,7 +181,7 @@ def test_bad_arguments_fail_clearly():
 def test_task_selection_by_split_and_seed():
     env = HarnessEnv(tasks="builtin:eval")
     assert {t.split for t in env.tasks} == {"eval"}
-    ids = {env.reset(seed=s)[1]["task_id"] for s in range(20)}
+    ids = {env.reset(seed=s)[1]["task_id"] for s in range(80)}
     assert ids == {t.id for t in env.tasks}
     assert env.reset(seed=5)[1]["task_id"] == env.reset(seed=5)[1]["task_id"]
     env.close()

@@ -45,6 +45,7 @@ def test_hf_agent_runs_real_episodes_and_records_what_went_wrong(tmp_path):
         out_dir=tmp_path,
         env_options={"max_steps": 2},
         progress=False,
+        task_count=2,
     )
     records = load_records(runner.run())
     assert len(records) == 4 and all(r["error"] is None for r in records), [r.get("error") for r in records]
