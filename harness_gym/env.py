@@ -164,6 +164,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         self.records = []
         self.steps = 0
         self.done = False
+        self._episode_started = time.monotonic()
         info = self._base_info()
         info["tool_names"] = {t.canonical: t.name for t in self.tool_interface.tools.values()}
         return self._observation(), info
@@ -234,6 +235,10 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
                 if firing.stop_episode and not truncated:
                     truncated = True
                     info["truncation_reason"] = f"stopped by hook {firing.hook}"
+            limit = self.task.time_limit_s
+            if not truncated and limit is not None and time.monotonic() - self._episode_started > limit:
+                truncated = True
+                info["truncation_reason"] = f"time limit of {limit:g} s exceeded"
             if not truncated and self.steps >= self.harness_spec["budget"]["max_steps"]:
                 truncated = True
                 info["truncation_reason"] = f"step budget of {self.harness_spec['budget']['max_steps']} steps exhausted"

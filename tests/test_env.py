@@ -204,3 +204,19 @@ def test_render_ansi():
     env.reset(seed=0)
     assert "[task/user]" in env.render()
     env.close()
+
+
+def test_task_time_limit_truncates_and_grades():
+    from dataclasses import replace
+
+    from harness_gym.tasks import load_tasks
+
+    task = replace(load_tasks("builtin:eval")[0], time_limit_s=0.5)
+    env = HarnessEnv(tasks=[task], max_steps=50)
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step(
+        '<tool_call>{"name": "execute_bash", "arguments": {"command": "sleep 0.7"}}</tool_call>'
+    )
+    assert truncated and not terminated and info["truncation_reason"] == "time limit of 0.5 s exceeded"
+    assert info["reward_breakdown"]  # graded
+    env.close()

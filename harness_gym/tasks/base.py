@@ -54,6 +54,7 @@ class Task:
     grader_payload: bool = False
     grader_env: Mapping[str, str] = field(default_factory=dict)
     judge: Mapping[str, Any] | None = None
+    time_limit_s: float | None = None  # wall-clock limit of an episode (truncated, and graded, beyond it)
     workspace_from_image: str | None = None  # the workspace is this folder of ``image`` (e.g. /testbed)
     hidden_paths: tuple[str, ...] = ()  # paths of ``image`` the agent must not see (hidden tests)
 

@@ -98,6 +98,7 @@ def load_task_file(path: Path, root: Path) -> Task:
         grader_payload=True,
         metadata=metadata,
         judge=None if grading == "automated" else {"type": grading, "rubric": rubric},
+        time_limit_s=float(front["timeout_seconds"]) if front.get("timeout_seconds") else None,
     )
 
 
