@@ -162,3 +162,14 @@ def remove_tree(path: Path) -> None:
             shutil.rmtree(path, onerror=make_writable_and_retry)
     except OSError:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def copy_grader_files(grader_files: Sequence[Path], destination: Path) -> Path:
+    """Gather grader files into one folder: a folder contributes its contents, a file itself."""
+    destination.mkdir(parents=True, exist_ok=True)
+    for source in grader_files:
+        if Path(source).is_dir():
+            shutil.copytree(source, destination, dirs_exist_ok=True)
+        else:
+            shutil.copy2(source, destination)
+    return destination

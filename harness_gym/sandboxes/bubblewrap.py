@@ -26,6 +26,7 @@ from harness_gym.sandboxes.base import (
     TOOLS_DIR,
     CommandResult,
     SandboxError,
+    copy_grader_files,
     register_backend,
     tool_scripts_dir,
 )
@@ -193,11 +194,7 @@ class BubblewrapSandbox(ShellSandbox):
             raise SandboxError("sandbox is not started")
         self._kill_all()
         with tempfile.TemporaryDirectory(prefix="harness-gym-grader-") as copy:
-            for source in grader_files:
-                if Path(source).is_dir():
-                    shutil.copytree(source, copy, dirs_exist_ok=True)
-                else:
-                    shutil.copy2(source, copy)
+            copy_grader_files(grader_files, Path(copy))
             if self._lease is not None:
                 isolation.chown_tree(Path(copy), self._lease.uid, self._lease.uid)
             argv = self._launcher() + self._bwrap_argv(binds=[("--bind", copy, mount)])

@@ -27,6 +27,7 @@ from harness_gym.sandboxes.base import (
     TOOLS_DIR,
     CommandResult,
     SandboxError,
+    copy_grader_files,
     register_backend,
     remove_tree,
     tool_scripts_dir,
@@ -184,11 +185,7 @@ class DockerSandbox(ShellSandbox):
             raise SandboxError("sandbox is not started")
         self._stop()
         with tempfile.TemporaryDirectory(prefix="harness-gym-grader-") as copy:
-            for source in grader_files:
-                if Path(source).is_dir():
-                    shutil.copytree(source, copy, dirs_exist_ok=True)
-                else:
-                    shutil.copy2(source, copy)
+            copy_grader_files(grader_files, Path(copy))
             started = time.perf_counter()
             script = command.replace("{grader}", mount)
             container = self._run_container(

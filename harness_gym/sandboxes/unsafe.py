@@ -21,6 +21,7 @@ from harness_gym.sandboxes.base import (
     GRADER_DIR,
     CommandResult,
     SandboxError,
+    copy_grader_files,
     register_backend,
     remove_tree,
     tool_scripts_dir,
@@ -99,11 +100,7 @@ class UnsafeHostSandbox(ShellSandbox):
     ) -> CommandResult:
         self._kill_all()
         with tempfile.TemporaryDirectory(prefix="harness-gym-grader-") as copy:
-            for source in grader_files:
-                if Path(source).is_dir():
-                    shutil.copytree(source, copy, dirs_exist_ok=True)
-                else:
-                    shutil.copy2(source, copy)
+            copy_grader_files(grader_files, Path(copy))
             target = copy
             if mount != GRADER_DIR and mount.startswith(self._mount_path + "/"):
                 target = mount  # inside the workspace: put the files there for the grading run

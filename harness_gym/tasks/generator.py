@@ -27,6 +27,7 @@ from pathlib import Path
 
 import yaml
 
+from harness_gym.sandboxes.base import copy_grader_files
 from harness_gym.tasks.base import Suite, Task, TaskError, register_loader
 from harness_gym.tasks.builtin import builtin_root, load_task_dir
 
@@ -166,11 +167,7 @@ def run_hidden_tests(task: Task, project: Path, timeout_s: float = 5.0) -> float
     """The task's grader run directly on a project folder (our own tests and code, no agent);
     None when the tests do not finish within ``timeout_s``."""
     with tempfile.TemporaryDirectory(prefix="harness-gym-verify-") as grader:
-        for source in task.grader_files:
-            if Path(source).is_dir():
-                shutil.copytree(source, grader, dirs_exist_ok=True)
-            else:
-                shutil.copy2(source, grader)
+        copy_grader_files(task.grader_files, Path(grader))
         command = task.grade_command.replace("{grader}", grader).split()
         command[0] = "/usr/bin/python3" if command[0] == "python3" else command[0]
         try:
@@ -319,12 +316,7 @@ def _write_task(
     shutil.rmtree(folder, ignore_errors=True)
     shutil.copytree(workspace, folder / "workspace")
     grader = folder / "grader"
-    for source in project.grader_files:
-        if Path(source).is_dir():
-            shutil.copytree(source, grader, dirs_exist_ok=True)
-        else:
-            grader.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, grader)
+    copy_grader_files(project.grader_files, Path(grader))
     places = []
     for mutation in chosen:
         function = _function_of(files[mutation.file], mutation.line)
