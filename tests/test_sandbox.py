@@ -77,11 +77,11 @@ def _accept(server):
 def test_timeout_kills_the_tree_and_restarts_with_a_note(sandbox):
     box, _ = sandbox
     box.run("cd /tmp")
-    result = box.run("sleep 30 & sleep 30", timeout_s=1)
+    result = box.run("sleep 30.5 & sleep 30.5", timeout_s=1)
     assert result.timed_out and result.exit_code is None
     assert "timed out" in result.note and "new shell" in result.note
     assert box.run("pwd").output == "/testbed\n"  # state was reset with the shell
-    leftover = subprocess.run(["pgrep", "-f", "sleep 30"], capture_output=True, text=True)
+    leftover = subprocess.run(["pgrep", "-f", "sleep 30.5"], capture_output=True, text=True)
     assert leftover.stdout == ""
 
 

@@ -187,7 +187,8 @@ class DockerSandbox(ShellSandbox):
         with tempfile.TemporaryDirectory(prefix="harness-gym-grader-") as copy:
             copy_grader_files(grader_files, Path(copy))
             started = time.perf_counter()
-            script = command.replace("{grader}", mount)
+            # one stream: the reward line must stay last (docker's separate streams reorder)
+            script = "exec 2>&1; " + command.replace("{grader}", mount)
             container = self._run_container(
                 [self.shell, "-c", script], extra_volumes={copy: mount}, environment=dict(env or {})
             )
