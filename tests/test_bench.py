@@ -201,47 +201,22 @@ def test_resume_after_a_kill_loses_and_duplicates_nothing(tmp_path):
     assert 10 <= len(before) < planned
     with open(results, "a") as handle:
         handle.write('{"episode_id": "half-writ')  # as if killed in the middle of a write
-    assert (
-        main(
-            [
-                "bench",
-                "--agent",
-                "reference",
-                "--configs",
-                "training",
-                "--tasks",
-                "builtin:eval",
-                "--runs",
-                "1",
-                "--out",
-                str(out),
-                "--no-trajectories",
-            ]
-        )
-        == 2
-    )  # refuses to overwrite without --resume
-    assert (
-        main(
-            [
-                "bench",
-                "--agent",
-                "reference",
-                "--configs",
-                "training",
-                "--tasks",
-                "builtin:eval",
-                "--runs",
-                "1",
-                "--out",
-                str(out),
-                "--no-trajectories",
-                "--resume",
-                "--workers",
-                "2",
-            ]
-        )
-        == 0
-    )
+    arguments = [
+        "bench",
+        "--agent",
+        "reference",
+        "--configs",
+        "training",
+        "--tasks",
+        "builtin:eval",
+        "--runs",
+        "1",
+        "--out",
+        str(out),
+        "--no-trajectories",
+    ]
+    assert main(arguments) == 2  # refuses to overwrite without --resume
+    assert main([*arguments, "--resume", "--workers", "2"]) == 0
     records = load_records(results)
     keys = [r["episode_id"] for r in records]
     assert len(keys) == len(set(keys)) == planned
