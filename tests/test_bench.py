@@ -170,37 +170,6 @@ def test_compare_is_paired_per_class():
 @requires_bwrap
 def test_resume_after_a_kill_loses_and_duplicates_nothing(tmp_path):
     out = tmp_path / "run"
-    command = [
-        sys.executable,
-        "-m",
-        "harness_gym.cli",
-        "bench",
-        "--agent",
-        "reference",
-        "--configs",
-        "training",
-        "--tasks",
-        "builtin:eval",
-        "--runs",
-        "1",
-        "--workers",
-        "1",
-        "--out",
-        str(out),
-        "--no-trajectories",
-    ]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    results = out / "results.jsonl"
-    deadline = time.time() + 120
-    while time.time() < deadline and (not results.exists() or len(results.read_text().splitlines()) < 10):
-        time.sleep(0.1)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
-    before = results.read_text().splitlines()
-    planned = 18 * len(load_tasks("builtin:eval"))
-    assert 10 <= len(before) < planned
-    with open(results, "a") as handle:
-        handle.write('{"episode_id": "half-writ')  # as if killed in the middle of a write
     arguments = [
         "bench",
         "--agent",
@@ -215,6 +184,19 @@ def test_resume_after_a_kill_loses_and_duplicates_nothing(tmp_path):
         str(out),
         "--no-trajectories",
     ]
+    command = [sys.executable, "-m", "harness_gym.cli", *arguments, "--workers", "1"]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    results = out / "results.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and (not results.exists() or len(results.read_text().splitlines()) < 10):
+        time.sleep(0.1)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    before = results.read_text().splitlines()
+    planned = 18 * len(load_tasks("builtin:eval"))
+    assert 10 <= len(before) < planned
+    with open(results, "a") as handle:
+        handle.write('{"episode_id": "half-writ')  # as if killed in the middle of a write
     assert main(arguments) == 2  # refuses to overwrite without --resume
     assert main([*arguments, "--resume", "--workers", "2"]) == 0
     records = load_records(results)

@@ -218,11 +218,6 @@ class BubblewrapSandbox(ShellSandbox):
             bufsize=0,
         )
 
-    def _kill_all(self) -> None:
-        if self._proc is not None:
-            kill_process_group(self._proc)
-            self._proc = None
-
     def _start_shell(self) -> None:
         try:
             super()._start_shell()

@@ -222,9 +222,7 @@ class DockerSandbox(ShellSandbox):
 
     def _kill_all(self) -> None:
         """Kill the exec'd shell and every process in the container except its keep-alive init."""
-        if self._proc is not None:
-            kill_process_group(self._proc)
-            self._proc = None
+        super()._kill_all()
         if self.container is not None:
             with contextlib.suppress(Exception):
                 self.container.exec_run(["kill", "-9", "-1"])

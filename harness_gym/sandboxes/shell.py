@@ -51,9 +51,11 @@ class ShellSandbox(ABC):
     def _spawn_shell(self) -> subprocess.Popen[bytes]:
         """Start the shell process (stdin/stdout pipes, stderr joined to stdout)."""
 
-    @abstractmethod
     def _kill_all(self) -> None:
-        """Kill the shell and every process it started."""
+        """Kill the shell and every process it started (its process group; backends add to this)."""
+        if self._proc is not None:
+            kill_process_group(self._proc)
+            self._proc = None
 
     def _shell_setup(self) -> str:
         """Shell code run once in every new shell (resource limits, prompt)."""

@@ -26,7 +26,7 @@ from harness_gym.sandboxes.base import (
     remove_tree,
     tool_scripts_dir,
 )
-from harness_gym.sandboxes.shell import ShellSandbox, kill_process_group, run_oneshot
+from harness_gym.sandboxes.shell import ShellSandbox, run_oneshot
 
 ALLOW_VARIABLE = "HARNESS_GYM_ALLOW_UNSANDBOXED"
 
@@ -120,11 +120,6 @@ class UnsafeHostSandbox(ShellSandbox):
             cwd=self._mount_path,
             bufsize=0,
         )
-
-    def _kill_all(self) -> None:
-        if self._proc is not None:
-            kill_process_group(self._proc)
-            self._proc = None
 
     def _stop(self) -> None:
         self._kill_all()
