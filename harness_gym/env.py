@@ -254,13 +254,8 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             else:
                 info["terminated_reason"] = "truncated"
             grading_started = time.perf_counter()
-            result = self.task.grade(self.sandbox, self.transcript)
+            reward = self._grade(info)
             sandbox_s += time.perf_counter() - grading_started
-            reward = result.reward
-            # the grader's log stays out of info: it holds timings, and info must be reproducible
-            self.last_grade = result
-            info.update(reward_breakdown=result.breakdown, grader_error=result.error)
-            self.done = True
         else:
             context_started = time.perf_counter()
             self.messages, info["context_reset"] = self.context.manage(self.messages, self.records)
@@ -271,6 +266,26 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         total = time.perf_counter() - started
         self.last_step_timing = {"step_s": total, "sandbox_s": sandbox_s, "overhead_s": total - sandbox_s}
         return self._observation(), float(reward), terminated, truncated, info
+
+    def truncate(self, reason: str) -> tuple[float, dict[str, Any]]:
+        """End the running episode from outside (a trainer's token budget, a wall clock) and grade
+        the workspace as it stands. Returns the reward and an info like a truncating step's."""
+        if self.done or self.task is None or self.sandbox is None:
+            raise RuntimeError("no episode is running; truncate() ends one that reset() started")
+        info = self._base_info()
+        info.update(terminated_reason="truncated", truncation_reason=reason, context_reset=False)
+        reward = self._grade(info)
+        return reward, info
+
+    def _grade(self, info: dict[str, Any]) -> float:
+        """Grade the episode's workspace, end the episode, and put the breakdown into ``info``."""
+        assert self.task is not None and self.sandbox is not None
+        result = self.task.grade(self.sandbox, self.transcript)
+        # the grader's log stays out of info: it holds timings, and info must be reproducible
+        self.last_grade = result
+        info.update(reward_breakdown=result.breakdown, grader_error=result.error)
+        self.done = True
+        return float(result.reward)
 
     def render(self) -> str | None:
         if self.render_mode != "ansi":

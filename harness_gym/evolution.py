@@ -450,13 +450,19 @@ def evolve(
     seed: int = 0,
     env_options: Mapping[str, Any] | None = None,
     on_round: Callable[[int, Decision | None], None] | None = None,
+    prep: Sequence[EpisodeResult] | None = None,
 ) -> EvolutionResult:
-    """Up to ``rounds`` rounds of propose → validate → compare → accept, starting from ``spec``."""
+    """Up to ``rounds`` rounds of propose → validate → compare → accept, starting from ``spec``.
+
+    ``prep``: trajectories of the current policy on ``spec`` already rolled out (the trainer's prep
+    rollouts, which the skill teacher also reads); without it they are rolled out here."""
     current = resolve_spec(spec)
     validate_spec(current)
     accepted: list[int] = []
     entries: list[dict[str, Any]] = []
-    prep = rollout(current, policy, tasks, prep_rollouts_per_task, seed=seed + 7, env_options=env_options).results
+    if prep is None:
+        prep = rollout(current, policy, tasks, prep_rollouts_per_task, seed=seed + 7, env_options=env_options).results
+    prep = list(prep)
     for round_index in range(1, rounds + 1):
         entry: dict[str, Any] = {"round": round_index, "current_hash": spec_hash(current)}
         decision: Decision | None = None
