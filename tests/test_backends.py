@@ -3,12 +3,12 @@
 import warnings
 
 import pytest
+from conftest import requires_bwrap
 
 from harness_gym import HarnessEnv
 from harness_gym.agents import ReferenceAgent, run_episode
 from harness_gym.sandboxes import BubblewrapSandbox, SandboxError, choose_backend
 from harness_gym.sandboxes.unsafe import ALLOW_VARIABLE, UnsafeHostSandbox, UnsandboxedHostWarning
-from tests.conftest import requires_bwrap
 
 
 def test_missing_bubblewrap_says_how_to_install_it(monkeypatch, tmp_path):

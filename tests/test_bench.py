@@ -12,6 +12,7 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
+from conftest import requires_bwrap
 
 from harness_gym import TRAINING_SET, heldout_set
 from harness_gym.agents import as_agent, run_episode
@@ -32,7 +33,6 @@ from harness_gym.cli import main
 from harness_gym.env import HarnessEnv
 from harness_gym.space import FACTORS, HarnessConfig
 from harness_gym.tasks import load_tasks
-from tests.conftest import requires_bwrap
 
 
 def test_resolve_harnesses():

@@ -6,10 +6,10 @@ import json
 from collections import Counter
 
 import pytest
+from conftest import requires_bwrap
 
 from harness_gym import HarnessEnv, load_tasks
 from harness_gym.agents import NullAgent, ReferenceAgent, run_episode
-from tests.conftest import requires_bwrap
 
 TASKS = load_tasks("builtin")
 

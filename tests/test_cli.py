@@ -1,8 +1,9 @@
 import json
 
+from conftest import requires_bwrap
+
 from harness_gym.cli import main
 from harness_gym.tasks import load_tasks
-from tests.conftest import requires_bwrap
 
 
 def test_configs_and_neighbours(capsys):

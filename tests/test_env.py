@@ -3,12 +3,12 @@ import time
 
 import gymnasium as gym
 import pytest
+from conftest import requires_bwrap
 from gymnasium.utils.env_checker import check_env
 
 from harness_gym import HarnessEnv, all_configs
 from harness_gym.spaces import SOURCES
 from harness_gym.tool_calls import ActionError
-from tests.conftest import requires_bwrap
 
 pytestmark = requires_bwrap
 

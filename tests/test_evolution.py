@@ -4,6 +4,7 @@ acceptance and the audit log, with a harness-sensitive scripted policy."""
 import json
 
 import pytest
+from conftest import requires_bwrap
 
 from harness_gym import load_tasks
 from harness_gym.agents import NullAgent, ReferenceAgent
@@ -21,7 +22,6 @@ from harness_gym.evolution import (
 from harness_gym.hooks import register_hook_plugin
 from harness_gym.llm_client import ChatClient
 from harness_gym.presets import load_preset
-from tests.conftest import requires_bwrap
 
 TASKS = [
     t

@@ -4,12 +4,12 @@ import json
 import re
 
 import pytest
+from conftest import requires_bwrap
 
 from harness_gym import HarnessEnv
 from harness_gym.factors import level_name
 from harness_gym.factors.context import TurnRecord
 from harness_gym.summarizers import DeterministicSummarizer, OpenAISummarizer
-from tests.conftest import requires_bwrap
 
 
 def call(name, **arguments):

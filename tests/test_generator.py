@@ -3,13 +3,13 @@
 import ast
 
 import pytest
+from conftest import requires_bwrap
 
 from harness_gym import HarnessEnv
 from harness_gym.agents import NullAgent, ReferenceAgent, run_episode
 from harness_gym.cli import main
 from harness_gym.tasks import validate_suite
 from harness_gym.tasks.generator import generate, mutations
-from tests.conftest import requires_bwrap
 
 SOURCE = """
 def clamp(value, low, high):

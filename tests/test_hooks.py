@@ -2,11 +2,11 @@ import json
 
 import gymnasium as gym
 import pytest
+from conftest import requires_bwrap
 
 from harness_gym import HarnessEnv
 from harness_gym.hooks import CallRecord, EpisodeState, Hook, HookRunner, classify, register_hook_plugin
 from harness_gym.presets import load_preset
-from tests.conftest import requires_bwrap
 
 
 def record(i, name="bash", args=None, error=False, edit=False, check=False):

@@ -1,12 +1,12 @@
 import gymnasium as gym
 import pytest
+from conftest import requires_bwrap
 from gymnasium.utils.env_checker import check_env
 
 from harness_gym import load_tasks
 from harness_gym.agents import NullAgent, ReferenceAgent, run_episode
 from harness_gym.presets import PRESETS, load_preset, preset_path
 from harness_gym.spec import SpecError, compose, diff_specs, load_spec, save_spec, strip_skills
-from tests.conftest import requires_bwrap
 
 FUNCTIONAL = {"HarnessAdapt-H0": (1, 0), "HarnessAdapt-H1": (7, 4), "HarnessAdapt-H2": (8, 5)}
 

@@ -4,8 +4,7 @@ import re
 from pathlib import Path
 
 import pytest
-
-from tests.conftest import requires_bwrap
+from conftest import requires_bwrap
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)

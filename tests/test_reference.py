@@ -2,10 +2,10 @@
 
 import gymnasium as gym
 import pytest
+from conftest import requires_bwrap
 
 from harness_gym import TRAINING_SET, all_configs, heldout_set, load_tasks
 from harness_gym.agents import CALL_FORMATS, NullAgent, ReferenceAgent, run_episode
-from tests.conftest import requires_bwrap
 
 pytestmark = requires_bwrap
 TASKS = [t.id for t in load_tasks("builtin")]

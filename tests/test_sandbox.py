@@ -4,10 +4,10 @@ import subprocess
 import threading
 
 import pytest
+from conftest import requires_bwrap
 
 from harness_gym.sandboxes import BubblewrapSandbox, SandboxError
 from harness_gym.sandboxes.bubblewrap import check_mount_path
-from tests.conftest import requires_bwrap
 
 pytestmark = requires_bwrap
 

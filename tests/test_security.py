@@ -12,10 +12,10 @@ import uuid
 from pathlib import Path
 
 import pytest
+from conftest import requires_bwrap
 
 from harness_gym import HarnessEnv
 from harness_gym.sandboxes import BubblewrapSandbox, isolation
-from tests.conftest import requires_bwrap
 
 pytestmark = requires_bwrap
 

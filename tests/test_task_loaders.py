@@ -5,10 +5,10 @@ import textwrap
 import warnings
 
 import pytest
+from conftest import requires_bwrap
 
 from harness_gym import HarnessEnv
 from harness_gym.tasks import TaskError, load_tasks, validate_suite
-from tests.conftest import requires_bwrap
 
 pytestmark = requires_bwrap
 WS = "/root/.openclaw/workspace"

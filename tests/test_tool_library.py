@@ -3,10 +3,10 @@
 import json
 
 import pytest
+from conftest import requires_bwrap
 
 from harness_gym import HarnessEnv, Task
 from harness_gym.presets import load_preset
-from tests.conftest import requires_bwrap
 
 pytestmark = requires_bwrap
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import itertools
 import json
 import threading
 from pathlib import Path
@@ -14,17 +15,17 @@ import pytest
 pytest.importorskip("openrlhf.utils.agent", reason="needs `pip install --no-deps openrlhf` (see README)")
 pytest.importorskip("transformers")
 
-from conftest import requires_bwrap  # noqa: E402
+from conftest import requires_bwrap
 
-from harness_gym.agents import ReferenceAgent, run_episode  # noqa: E402
-from harness_gym.agents.prompting import text_messages  # noqa: E402
-from harness_gym.env import HarnessEnv  # noqa: E402
-from harness_gym.spec import compile_config  # noqa: E402
-from harness_gym.tasks import load_tasks  # noqa: E402
-from trainers.engines import SamplingParams, ScriptedEngine, TransformersEngine  # noqa: E402
-from trainers.requests import ExecutorSettings, RolloutError, RolloutRequest  # noqa: E402
-from trainers.rollout import HarnessAgentExecutor  # noqa: E402
-from trainers.turns import ChatTurns, TemplateError  # noqa: E402
+from harness_gym.agents import ReferenceAgent, run_episode
+from harness_gym.agents.prompting import text_messages
+from harness_gym.env import HarnessEnv
+from harness_gym.spec import compile_config
+from harness_gym.tasks import load_tasks
+from trainers.engines import SamplingParams, ScriptedEngine, TransformersEngine
+from trainers.requests import ExecutorSettings, RolloutError, RolloutRequest
+from trainers.rollout import HarnessAgentExecutor
+from trainers.turns import ChatTurns, TemplateError
 
 pytestmark = requires_bwrap
 SUITE = "builtin:train"
@@ -111,7 +112,7 @@ def test_turn_boundaries_masks_and_reward_are_token_exact(tokenizer, turns, task
     assert all(tokens[b - 1] == end_of_turn and tokenizer.decode(tokens[b : b + 1]) == "\n" for _, b in ranges[:-1])
     assert ranges[-1][1] == len(tokens)  # the reward lands on the last action token
     # tool output, workflow text and the task are all outside the action spans
-    masked = "".join(tokenizer.decode(tokens[b:a]) for (_, b), (a, _) in zip(ranges, ranges[1:], strict=False))
+    masked = "".join(tokenizer.decode(tokens[b:a]) for (_, b), (a, _) in itertools.pairwise(ranges))
     assert "<tool_response>" in masked and "<|im_start|>user" in masked
     assert len(out["rollout_log_probs"]) == len(tokens)
 

@@ -176,7 +176,8 @@ def harnessadapt_loop(
             ).results  # fmt: skip
             skills: list[str] = []
             if evolution.get("skills", True) and skill_teacher is not None:
-                skills = skills_from_rollouts(skill_teacher, chosen, prep, limit=evolution.get("max_skills", 8))
+                written = skills_from_rollouts(skill_teacher, chosen, prep, limit=evolution.get("max_skills", 8))
+                skills = list(dict.fromkeys(written))  # a skill written twice is shown once
             current = dict(strip_skills(spec), skills=skills) if skills else strip_skills(spec)
             result = evolve(
                 current, proposer, policy, chosen,

@@ -32,6 +32,7 @@ from trainers.openrlhf_args import FlagError, check_flags, openrlhf_parser, to_a
 from trainers.requests import SETTINGS_ENV, ExecutorSettings
 
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
+REPO_ROOT = Path(__file__).resolve().parent.parent
 AGENT_FILE = "trainers/agent_func.py"
 ORDER_HOOK = "trainers.ordering.keep_prompt_order"
 GROUP_ESTIMATORS = ("dr_grpo", "group_norm", "rloo", "reinforce_baseline")
@@ -64,23 +65,23 @@ def find_recipe(name: str) -> Path:
 
 def apply_overrides(recipe: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
     """``--set a.b=value`` edits: the first dotted part picks the section; under ``openrlhf`` the rest
-    is the flag name (flags contain dots)."""
+    is the flag name (flags contain dots). ``null`` removes the key."""
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise RecipeError(f"--set takes KEY=VALUE, got {item!r}")
         value = yaml.safe_load(raw)
         head, _, rest = key.partition(".")
-        if head == "openrlhf" and rest:
-            recipe.setdefault("openrlhf", {})[rest] = value
-            continue
         node = recipe
-        parts = key.split(".")
+        parts = [head, rest] if head == "openrlhf" and rest else key.split(".")
         for part in parts[:-1]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise RecipeError(f"--set {key}: {part} is not a section")
-        node[parts[-1]] = value
+        if value is None:
+            node.pop(parts[-1], None)
+        else:
+            node[parts[-1]] = value
     return recipe
 
 
@@ -209,7 +210,7 @@ def plan(
     flags.update(extra_flags or {})
     ray = dict(recipe.get("ray") or {})
     runtime_env: dict[str, Any] = {
-        "working_dir": ray.get("working_dir", "."),
+        "working_dir": str(Path(ray.get("working_dir") or REPO_ROOT).resolve()),
         "excludes": ray.get("excludes", [".git", ".venv", "runs", "**/__pycache__"]),
         "env_vars": {SETTINGS_ENV: json.dumps(settings, sort_keys=True), **(ray.get("env_vars") or {})},
     }

@@ -57,7 +57,7 @@ def openrlhf_parser(source: Path | None = None) -> argparse.ArgumentParser:
             break
         body.append(statement)
     namespace: dict[str, Any] = {"argparse": argparse, "datetime": datetime.datetime, "os": os}
-    exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec"), namespace)  # noqa: S102
+    exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec"), namespace)
     parser = namespace.get("parser")
     if not isinstance(parser, argparse.ArgumentParser):
         raise FlagError(f"could not rebuild the parser of {path}")

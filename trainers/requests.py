@@ -21,8 +21,8 @@ LABEL_VERSION = 1
 SEGMENT_CHOICES = ("last", "first")
 
 
-class RolloutError(RuntimeError):
-    """A rollout could not run (bad label, unknown task, environment failure); says which one."""
+class RolloutError(ValueError):
+    """A rollout request cannot run (bad label, unknown task or harness); the message says which."""
 
 
 # --------------------------------------------------------------------------- settings and labels
@@ -144,4 +144,6 @@ def harness_env_arguments(harness: str | Mapping[str, Any]) -> dict[str, Any]:
     try:
         return {"config": HarnessConfig.parse(harness)}
     except ValueError as exc:
-        raise RolloutError(f"unknown harness {harness!r}: {exc}") from None
+        raise RolloutError(
+            f"unknown harness {harness!r}: not a preset ({', '.join(sorted(PRESETS))}), not a spec file, and {exc}"
+        ) from None
