@@ -206,6 +206,15 @@ def test_environment_work_runs_off_the_event_loop(tokenizer, turns, task, monkey
     assert threads and all(t is not loop_thread and t.name.startswith("harness-env") for t in threads)
 
 
+def test_turns_are_built_once_per_tokenizer_not_per_request(tokenizer):
+    import copy
+
+    executor = HarnessAgentExecutor(ExecutorSettings())
+    # Ray hands the executor a fresh copy of the tokenizer with every request
+    assert executor.turns_for(copy.deepcopy(tokenizer)) is executor.turns_for(tokenizer)
+    assert len(executor._turns) == 1
+
+
 def test_rollout_log_and_extra_logs_are_numeric(tokenizer, turns, task, tmp_path):
     replies, _, _ = reference_replies(task, config="S2T2O2C0W0")
     log = tmp_path / "rollouts.jsonl"

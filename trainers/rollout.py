@@ -39,6 +39,7 @@ from openrlhf.utils.agent import AgentExecutorBase, AgentInstanceBase
 
 from harness_gym.agents.prompting import text_messages
 from harness_gym.env import HarnessEnv
+from harness_gym.spec import compile_config
 from trainers.requests import ExecutorSettings, RolloutError, RolloutRequest, harness_env_arguments, suite_tasks
 from trainers.turns import ChatTurns
 
@@ -88,7 +89,8 @@ class HarnessAgentInstance(AgentInstanceBase):
         if request.task_id not in tasks:
             raise RolloutError(f"suite {request.suite!r} has no task {request.task_id!r}")
         arguments = harness_env_arguments(request.harness)
-        spec_format = (arguments.get("spec") or {}).get("tool_call_format")
+        spec = arguments.get("spec") or compile_config(arguments["config"])
+        native = spec.get("tool_call_format") == "openai"  # no native tool calling here: text calls instead
         env = HarnessEnv(
             **arguments,
             tasks=[tasks[request.task_id]],
@@ -96,7 +98,7 @@ class HarnessAgentInstance(AgentInstanceBase):
             max_steps=self.settings.max_steps,
             resample_names=self.settings.resample_names,
             include_skills=self.settings.include_skills,
-            tool_call_format=self.settings.tool_call_format if spec_format in ("openai", None) else None,
+            tool_call_format=self.settings.tool_call_format if native else None,
         )
         try:
             observation, _ = env.reset(seed=request.seed, options={"task_id": request.task_id})
@@ -220,10 +222,16 @@ class HarnessAgentExecutor(AgentExecutorBase):
         self.settings = settings or ExecutorSettings.from_env()
         self.pool = ThreadPoolExecutor(max_workers=self.settings.env_workers, thread_name_prefix="harness-env")
         self.log = RolloutLog(self.settings.rollout_log) if self.settings.rollout_log else None
-        self._turns: dict[int, ChatTurns] = {}
+        self._turns: dict[tuple[str, str, int], ChatTurns] = {}
 
     def turns_for(self, tokenizer: Any) -> ChatTurns:
-        key = id(tokenizer)
+        """One ``ChatTurns`` per tokenizer. Ray sends a fresh copy of the tokenizer with every
+        request, so the key is what defines it, not the object's identity."""
+        key = (
+            type(tokenizer).__name__,
+            str(getattr(tokenizer, "name_or_path", "")),
+            hash(str(tokenizer.chat_template)),
+        )
         if key not in self._turns:
             self._turns[key] = ChatTurns(tokenizer)
         return self._turns[key]
