@@ -164,6 +164,34 @@ def test_step_budget_truncates_and_grades():
     env.close()
 
 
+def test_truncate_from_outside_grades_the_workspace_as_it_stands():
+    from harness_gym.agents import ReferenceAgent
+
+    env = HarnessEnv("S0T0O0C0W0")
+    with pytest.raises(RuntimeError, match="no episode is running"):
+        env.truncate("too early")
+    task_id = env.tasks[0].id
+    env.reset(seed=0, options={"task_id": task_id})
+    env.step("thinking")
+    reward, info = env.truncate("token budget exhausted")
+    assert reward == 0.0 and info["truncation_reason"] == "token budget exhausted"
+    assert info["terminated_reason"] == "truncated" and info["reward_breakdown"]
+    with pytest.raises(RuntimeError, match="call reset"):
+        env.step("more")
+    # the reference agent's work, stopped just before it would call the finishing tool, still passes
+    obs, _ = env.reset(seed=0, options={"task_id": task_id})
+    agent = ReferenceAgent()
+    agent.reset(env)
+    while True:
+        action = agent.act(obs)
+        if '"name": "finish"' in str(action):
+            break
+        obs, *_ = env.step(action)
+    reward, info = env.truncate("wall clock")
+    assert reward == 1.0 and env.last_grade is not None and env.steps >= 1
+    env.close()
+
+
 def test_bad_arguments_fail_clearly():
     with pytest.raises(ValueError, match="unknown task_id"):
         HarnessEnv().reset(options={"task_id": "nope"})
