@@ -126,7 +126,6 @@ class HarnessAgentInstance(AgentInstanceBase):
             return result
         messages = observation["messages"]
         if result["context_reset"]:
-            self.stats["context_resets"] += 1
             fresh = self._text_messages(messages, self.tools)
             result["messages"] = fresh
             result["observation"] = self.turns.render(fresh, add_generation_prompt=True)
@@ -156,6 +155,7 @@ class HarnessAgentInstance(AgentInstanceBase):
         self.stats["parse_errors"] += len(info.get("parse_errors") or [])
         self.stats["tool_errors"] += len(info.get("tool_errors") or [])
         self.stats["hooks_fired"] += len(info.get("hooks_fired") or [])
+        self.stats["context_resets"] += bool(info.get("context_reset"))
 
     def extra_logs(self, reward: float, truncated: bool) -> dict[str, float]:
         """Numbers only: OpenRLHF turns every value into a tensor and averages it over the batch."""
