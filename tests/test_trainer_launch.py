@@ -11,13 +11,14 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from harness_gym.bench.report import load_records
 from harness_gym.design import TRAINING_SET
 from harness_gym.space import HarnessConfig, hamming
 from harness_gym.tasks import load_tasks
 from trainers import dataset as ds
 from trainers.launch import RECIPES_DIR, RecipeError, load_recipe, main, plan
 from trainers.metrics import main as metrics_main
-from trainers.metrics import read_rollouts, training_metrics
+from trainers.metrics import training_metrics
 from trainers.openrlhf_args import FlagError, check_flags, openrlhf_parser
 from trainers.ordering import is_schedule_dataset, ordered
 
@@ -221,7 +222,7 @@ def test_training_metrics_from_the_rollout_log(tmp_path, capsys):
                             "reward": reward, "truncated": i == 3, "parse_errors": i, "steps": 3})  # fmt: skip
     log = tmp_path / "rollouts.jsonl"
     log.write_text("".join(json.dumps(r) + "\n" for r in records) + '{"torn')
-    metrics = training_metrics(read_rollouts(log))
+    metrics = training_metrics(load_records(log))
     step0, step1 = metrics["steps"]
     assert step0["pass_rate"] == 0.75 and step0["trainable_rate"] == 0.75  # 3 untruncated, mixed outcomes
     assert step1["trainable_rate"] == 0.0 and step1["group_shares"]["all_fail"] == 1.0

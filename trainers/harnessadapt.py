@@ -36,13 +36,14 @@ from typing import Any, Protocol
 import numpy as np
 
 from harness_gym.agents.openai_chat import OpenAIChatAgent
+from harness_gym.bench.report import load_records
 from harness_gym.evolution import AuditLog, Proposer, TeacherProposer, evolve, rollout
 from harness_gym.llm_client import ChatClient
 from harness_gym.skills import SkillTeacher, skills_from_rollouts
 from harness_gym.spec import resolve_spec, save_spec, spec_hash, strip_skills
 from harness_gym.tasks import Task, load_tasks
-from trainers.launch import LaunchPlan, plan, render, write_datasets
-from trainers.metrics import read_rollouts, training_metrics
+from trainers.launch import LaunchPlan, plan, write_datasets
+from trainers.metrics import training_metrics
 from trainers.requests import harness_env_arguments
 
 Policy = Callable[[], Any]
@@ -76,9 +77,8 @@ class PrintingEpochTrainer:
 
     def train(self, epoch: int, launch: LaunchPlan) -> str:
         self.launches.append(launch)
-        for command in launch.dataset_commands():
-            self.echo(render(command))
-        self.echo(render(launch.command()))
+        for line in launch.shell_lines():
+            self.echo(line)
         return launch.flags["actor.model_name_or_path"]
 
 
@@ -209,7 +209,7 @@ def harnessadapt_loop(
         }
         rollouts = launch.output_dir / "rollouts.jsonl"
         if rollouts.is_file():
-            metrics = training_metrics(read_rollouts(rollouts))
+            metrics = training_metrics(load_records(rollouts))
             (folder / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n", encoding="utf-8")
             record["metrics"] = metrics["overall"]
         epochs.append(record)
@@ -251,9 +251,7 @@ def run_recipe(
         print(f"# epoch 1: serve the policy: {command.format(model=recipe['model'], port=port)}")
         print(f"# epoch 1: prep rollouts and up to {evolution.get('rounds', 5)} evolution rounds from {harness}")
         print("# epoch 1: train on the selected harness (written to epoch-1/harness.yaml):")
-        for words in launch.dataset_commands():
-            print(render(words))
-        print(render(launch.command()))
+        print("\n".join(launch.shell_lines()))
         return 0
     teacher = evolution.get("teacher") or {}
     if not teacher.get("base_url"):

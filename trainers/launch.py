@@ -159,6 +159,10 @@ class LaunchPlan:
             "--", "python3", "-m", "openrlhf.cli.train_ppo_ray", *self.argv,
         ]  # fmt: skip
 
+    def shell_lines(self) -> list[str]:
+        """The dataset commands and the job command, as a shell would take them."""
+        return [render(words) for words in (*self.dataset_commands(), self.command())]
+
     def dataset_commands(self) -> list[list[str]]:
         out = [_dataset_command(self.recipe["dataset"], self.dataset_path)]
         if self.eval_dataset_path is not None:
@@ -256,9 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.dry_run:
         print(f"# recipe {recipe['recipe']} ({recipe['kind']}, {recipe['algorithm']}): checked")
-        for command in launch.dataset_commands():
-            print(render(command))
-        print(render(launch.command()))
+        print("\n".join(launch.shell_lines()))
         return 0
     write_datasets(launch)
     print(render(launch.command()), flush=True)

@@ -20,22 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness_gym.bench.report import load_records
 from harness_gym.metrics import Outcome, group_outcome_shares, pass_rate, trainable_rate
-
-
-def read_rollouts(path: str | Path) -> list[dict[str, Any]]:
-    """The log's records; a torn last line (a crash mid-write) is skipped, not fatal."""
-    records = []
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            if number != len(lines):
-                raise ValueError(f"{path}:{number}: not a JSON line") from None
-    return records
 
 
 def _group_key(record: Mapping[str, Any]) -> str:
@@ -110,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.rollouts.is_file():
         print(f"error: {args.rollouts} does not exist", file=sys.stderr)
         return 2
-    metrics = training_metrics(read_rollouts(args.rollouts), args.threshold)
+    metrics = training_metrics(load_records(args.rollouts), args.threshold)
     overall = metrics["overall"]
     if overall["rollouts"]:
         print(

@@ -26,8 +26,7 @@ trained.
 from __future__ import annotations
 
 import asyncio
-import json
-import threading
+import copy
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -38,6 +37,7 @@ from typing import Any
 from openrlhf.utils.agent import AgentExecutorBase, AgentInstanceBase
 
 from harness_gym.agents.prompting import text_messages
+from harness_gym.bench.runner import ResultsFile
 from harness_gym.env import HarnessEnv
 from harness_gym.spec import compile_config
 from trainers.requests import ExecutorSettings, RolloutError, RolloutRequest, harness_env_arguments, suite_tasks
@@ -201,27 +201,16 @@ class Segment:
             self.log_probs += log_probs if (policy and log_probs is not None) else [0.0] * len(ids)
 
 
-class RolloutLog:
-    """Append-only JSON lines, one per finished episode, for the training metrics."""
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-
-    def append(self, record: Mapping[str, Any]) -> None:
-        line = json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n"
-        with self._lock, open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(line)
-
-
 class HarnessAgentExecutor(AgentExecutorBase):
     """OpenRLHF's ``AgentExecutor`` for harness_gym (see the module doc)."""
 
     def __init__(self, settings: ExecutorSettings | None = None) -> None:
         self.settings = settings or ExecutorSettings.from_env()
         self.pool = ThreadPoolExecutor(max_workers=self.settings.env_workers, thread_name_prefix="harness-env")
-        self.log = RolloutLog(self.settings.rollout_log) if self.settings.rollout_log else None
+        self.log: ResultsFile | None = None
+        if self.settings.rollout_log:  # one JSON line per finished episode, for the training metrics
+            Path(self.settings.rollout_log).parent.mkdir(parents=True, exist_ok=True)
+            self.log = ResultsFile(Path(self.settings.rollout_log))
         self._turns: dict[tuple[str, str, int], ChatTurns] = {}
 
     def turns_for(self, tokenizer: Any) -> ChatTurns:
@@ -254,22 +243,14 @@ class HarnessAgentExecutor(AgentExecutorBase):
         self, instance: HarnessAgentInstance, turns: ChatTurns, llm_engine: Any, prompt: Any, label: Any,
         sampling_params: Any, max_length: int, started: float,
     ) -> dict[str, Any]:  # fmt: skip
-        import copy
-
         want_logprobs = getattr(sampling_params, "logprobs", None) is not None
         turn_cap = getattr(sampling_params, "max_tokens", None)
         reset = await instance.reset({"observation": prompt, "label": label})
-        segments = [self._segment(turns.prompt_ids(reset["messages"]), want_logprobs, max_length, instance)]
-        reward, score, done, turn_truncated = 0.0, 0.0, False, False
-        extra_logs: dict[str, float] = {}
-        while not done:
-            segment = segments[-1]
+        segments = [self._first_segment(turns.prompt_ids(reset["messages"]), want_logprobs, max_length, instance)]
+        reward, score, turn_truncated = 0.0, 0.0, False
+        while True:
+            segment = segments[-1]  # always leaves room: nothing is appended that would fill it
             budget = max_length - len(segment.tokens)
-            if budget <= 0:
-                result = await instance.truncate(f"token budget of {max_length} exhausted")
-                reward += result["rewards"].item()
-                score, extra_logs = result["scores"].item(), result["extra_logs"]
-                break
             params = copy.deepcopy(sampling_params)
             params.max_tokens = min(budget, turn_cap) if turn_cap else budget
             output = (await llm_engine.generate(segment.tokens, params)).outputs[0]
@@ -290,22 +271,20 @@ class HarnessAgentExecutor(AgentExecutorBase):
             }
             result = await instance.step(states)
             reward += result["rewards"].item()
-            score = result["scores"].item()
-            extra_logs, done = result["extra_logs"], result["done"]
-            if done:
+            score, extra_logs = result["scores"].item(), result["extra_logs"]
+            if result["done"]:
                 break
-            if result["context_reset"]:
-                segments.append(
-                    self._segment(turns.prompt_ids(result["messages"]), want_logprobs, max_length, instance)
-                )
-                continue
-            feedback = turns.encode(result["environment_feedback"])
-            if len(segment.tokens) + len(feedback) >= max_length:
+            fresh = result["context_reset"]  # a rewritten context starts a new segment
+            tokens = turns.prompt_ids(result["messages"]) if fresh else turns.encode(result["environment_feedback"])
+            if (0 if fresh else len(segment.tokens)) + len(tokens) >= max_length:
                 result = await instance.truncate(f"token budget of {max_length} exhausted")
                 reward += result["rewards"].item()
                 score, extra_logs = result["scores"].item(), result["extra_logs"]
                 break
-            segment.append(feedback, None, policy=False)
+            if fresh:
+                segments.append(Segment(tokens, [], [0.0] * len(tokens) if want_logprobs else None))
+            else:
+                segment.append(tokens, None, policy=False)
 
         chosen = segments[-1] if self.settings.segment == "last" else segments[0]
         generated = sum(s.policy_tokens for s in segments)
@@ -331,7 +310,7 @@ class HarnessAgentExecutor(AgentExecutorBase):
         }
 
     @staticmethod
-    def _segment(tokens: list[int], want_logprobs: bool, max_length: int, instance: HarnessAgentInstance) -> Segment:
+    def _first_segment(tokens: list[int], want_logprobs: bool, max_length: int, instance: HarnessAgentInstance) -> Segment:
         if len(tokens) >= max_length:
             request = instance.request
             raise RolloutError(

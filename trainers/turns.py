@@ -111,6 +111,3 @@ class ChatTurns:
     def feedback_text(self, action_ids: Sequence[int], messages: Sequence[Mapping[str, Any]]) -> str:
         """Everything between the policy's action and its next turn, as text."""
         return self.closing_rest(action_ids) + self.messages_text(messages)
-
-    def feedback_ids(self, action_ids: Sequence[int], messages: Sequence[Mapping[str, Any]]) -> list[int]:
-        return self.encode(self.feedback_text(action_ids, messages))

@@ -161,17 +161,6 @@ class BubblewrapSandbox(ShellSandbox):
         self._sync_state()
         self._start_shell()
 
-    def close(self) -> None:
-        """Kill every process, remove cgroups, the control folder and the workspace. Safe twice."""
-        self._stop()
-        self._release_workspace()
-
-    def __enter__(self) -> BubblewrapSandbox:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     @property
     def uid(self) -> int | None:
         """The host uid the sandbox runs as (None: the caller's own uid)."""

@@ -160,16 +160,6 @@ class DockerSandbox(ShellSandbox):
                 )
         self._start_shell()
 
-    def close(self) -> None:
-        self._stop()
-        self._release_workspace()
-
-    def __enter__(self) -> DockerSandbox:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def grade(
         self,
         grader_files: Sequence[Path],

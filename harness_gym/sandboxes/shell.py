@@ -23,9 +23,11 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from harness_gym.sandboxes.base import CONTROL_DIR, TOOLS_DIR, CommandResult, SandboxError
+
+_S = TypeVar("_S", bound="ShellSandbox")
 
 
 class ShellSandbox(ABC):
@@ -56,6 +58,27 @@ class ShellSandbox(ABC):
         if self._proc is not None:
             kill_process_group(self._proc)
             self._proc = None
+
+    @abstractmethod
+    def _stop(self) -> None:
+        """End the episode's processes and release what they held (the workspace stays)."""
+
+    @abstractmethod
+    def _release_workspace(self) -> None:
+        """Remove the workspace folder."""
+
+    # ------------------------------------------------------------------ shared
+
+    def close(self) -> None:
+        """Kill every process and remove the workspace and everything the episode held. Safe twice."""
+        self._stop()
+        self._release_workspace()
+
+    def __enter__(self: _S) -> _S:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _shell_setup(self) -> str:
         """Shell code run once in every new shell (resource limits, prompt)."""

@@ -86,10 +86,6 @@ class UnsafeHostSandbox(ShellSandbox):
         self.control_dir = str(self._open_control())
         self._start_shell()
 
-    def close(self) -> None:
-        self._stop()
-        self._release_workspace()
-
     def grade(
         self,
         grader_files: Sequence[Path],
