@@ -243,7 +243,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
                 truncated = True
                 info["truncation_reason"] = f"step budget of {self.harness_spec['budget']['max_steps']} steps exhausted"
         self.messages = [*self.messages, assistant, *responses]
-        self.transcript += [copy.deepcopy(assistant)] + [dict(m) for m in responses]
+        self.transcript += self._transcript_entries(assistant, parsed.calls, responses)
         self.records.append(record)
 
         reward = 0.0
@@ -393,6 +393,22 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             firings += self.hooks.run("tool_error", self.hook_state, call)
         info["hooks_fired"] += [f.hook for f in firings]
         hook_messages += [f.as_message() for f in firings]
+
+    def _transcript_entries(self, assistant: Message, calls: list[ToolCall], responses: list[Message]) -> list[Message]:
+        """The step as graders see it: each call with its id, the harness's name and the canonical
+        name (``execute_bash``, ``file_editor``, ...), so a grader that inspects tool use scores
+        the same behaviour equally under every tool interface."""
+        canonical = {name: tool.canonical for name, tool in self.tool_interface.tools.items()}
+        entry = copy.deepcopy(assistant)
+        entry["calls"] = [
+            {"id": c.id, "name": c.name, "canonical": canonical.get(c.name, c.name), "arguments": c.arguments}
+            for c in calls
+        ]
+        results = [dict(m) for m in responses]
+        for message in results:
+            if message["role"] == "tool":
+                message["canonical_name"] = canonical.get(message["name"], message["name"])
+        return [entry, *results]
 
     def _skill_messages(self) -> list[Message]:
         skills = self.harness_spec.get("skills") or []

@@ -327,3 +327,172 @@ def test_pinchbench_hybrid_with_a_judge(pinchbench, tmp_path, monkeypatch, chat_
     assert reward == 0.75 and info["reward_breakdown"]["exists"] == 1.0 and info["reward_breakdown"]["llm_judge"] == 0.5
     judged = chat_server["requests"][0]["body"]["messages"][1]["content"]
     assert "done.txt exists" in judged and "touch done.txt" in judged
+
+
+@pytest.fixture
+def pinchbench_published(tmp_path):
+    """PinchBench files exactly as the published repository writes them: ``source`` relative to
+    ``assets/``, inline ``path`` + ``content`` files, ``grading_weights`` and a judge rubric."""
+    root = tmp_path / "published"
+    write(root / "assets" / "csvs" / "sales.csv", "region,amount\nnorth,3\nsouth,4\n")
+    write(
+        root / "tasks" / "task_sales_total.md",
+        """
+        ---
+        id: task_sales_total
+        name: Sales total
+        category: csv_analysis
+        grading_type: hybrid
+        timeout_seconds: 120
+        grading_weights:
+          automated: 0.6
+          llm_judge: 0.4
+        workspace_files:
+          - source: csvs/sales.csv
+            dest: data/sales.csv
+          - path: "notes/readme.md"
+            content: |
+              Write the total of the amount column to total.txt.
+        ---
+
+        ## Prompt
+
+        Read data/sales.csv and write the total amount to total.txt.
+
+        ## Expected Behavior
+
+        The agent sums the amount column.
+
+        ## Grading Criteria
+
+        - [ ] total.txt holds 7
+
+        ## Automated Checks
+
+        ```python
+        import os
+
+        def grade(transcript, workspace_path):
+            path = os.path.join(workspace_path, "total.txt")
+            ok = os.path.exists(path) and open(path).read().strip() == "7"
+            return {"total_correct": 1.0 if ok else 0.0, "note": "a comment, not a score", "checked": None}
+        ```
+
+        ## LLM Judge Rubric
+
+        ### Criterion 1: Arithmetic shown (weight 1.0)
+        The answer is exactly the sum of the column.
+        """,
+    )
+    return root
+
+
+def test_pinchbench_published_files_weights_and_rubric(pinchbench_published, tmp_path, monkeypatch, chat_server):
+    monkeypatch.setenv("HARNESS_GYM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HARNESS_GYM_JUDGE_URL", chat_server["url"])
+    monkeypatch.setenv("HARNESS_GYM_JUDGE_MODEL", "judge")
+    suite = validate_suite(f"pinchbench:{pinchbench_published}")
+    assert suite.errors == [] and [t.id for t in suite.tasks] == ["task_sales_total"]
+    env = HarnessEnv(tasks=suite.tasks)
+    env.reset(seed=0)
+    listing = bash(env, "cat data/sales.csv notes/readme.md")[0]["messages"][-1]["content"]
+    assert "south,4" in listing and "Write the total" in listing
+    bash(env, "echo 7 > total.txt")
+    chat_server["replies"].append('{"score": 0.5, "rationale": "fine"}')
+    _, reward, _, _, info = finish(env)
+    env.close()
+    # 0.6 * 1.0 (automated; non-numeric values skipped as PinchBench skips them) + 0.4 * 0.5 (judge)
+    assert reward == pytest.approx(0.8)
+    assert info["reward_breakdown"]["total_correct"] == 1.0
+    assert info["reward_breakdown"]["skipped_non_numeric"] == "checked, note"
+    judged = chat_server["requests"][0]["body"]["messages"][1]["content"]
+    assert "Arithmetic shown" in judged and "sums the amount column" in judged
+
+
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ("- source: /etc/passwd\n    dest: passwd", "must be a relative path"),
+        ("- source: ../../../etc/hostname\n    dest: h", "must be a relative path"),
+        ("- path: ../escape.txt\n    content: x", "must be a relative path"),
+        ("- path: /tmp/abs.txt\n    content: x", "must be a relative path"),
+        ("- source: link/hostname\n    dest: h", "leads outside"),
+        ("- source: missing.txt\n    dest: m", "not found under"),
+        ("- {}", "neither 'content' nor a 'source'"),
+    ],
+)
+def test_pinchbench_refuses_files_from_outside_the_suite(tmp_path, monkeypatch, entry, message):
+    monkeypatch.setenv("HARNESS_GYM_CACHE", str(tmp_path / "cache"))
+    root = tmp_path / "bench"
+    (root / "assets").mkdir(parents=True)
+    (root / "assets" / "link").symlink_to("/etc")
+    task = f"---\nid: task_bad\ngrading_type: llm_judge\nworkspace_files:\n  {entry}\n---\n\n## Prompt\n\nx\n"
+    write(root / "tasks" / "task_bad.md", task)
+    suite = validate_suite(f"pinchbench:{root}")
+    assert suite.tasks == [] and len(suite.errors) == 1
+    assert suite.errors[0].startswith("task task_bad: workspace_files[0]") and message in suite.errors[0]
+
+
+def test_pinchbench_refuses_bad_grading_weights(tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESS_GYM_CACHE", str(tmp_path / "cache"))
+    root = tmp_path / "bench"
+    checks = "## Automated Checks\n\n```python\ndef grade(t, w):\n    return {'a': 1.0}\n```\n"
+    for name, weights in (("neg", "{automated: -1, llm_judge: 1}"), ("zero", "{automated: 0, llm_judge: 0}")):
+        head = f"---\nid: task_{name}\ngrading_type: hybrid\ngrading_weights: {weights}\n---\n\n"
+        write(root / "tasks" / f"task_{name}.md", head + "## Prompt\n\nx\n\n" + checks)
+    errors = validate_suite(f"pinchbench:{root}").errors
+    assert any("task_neg: grading_weights.automated must be a non-negative number" in e for e in errors)
+    assert any("task_zero: grading_weights must not both be zero" in e for e in errors)
+
+
+TOOL_NAME_GRADER = """
+---
+id: task_tool_names
+grading_type: automated
+---
+
+## Prompt
+
+Create done.txt with a shell command.
+
+## Automated Checks
+
+```python
+import os
+
+def grade(transcript, workspace_path):
+    calls, results = {}, {}
+    for event in transcript:
+        message = event["message"]
+        for part in message.get("content", []):
+            if message["role"] == "assistant" and part.get("type") == "toolCall":
+                calls[part["id"]] = part["name"]
+        if message["role"] == "toolResult":
+            results[message["toolCallId"]] = message["toolName"]
+    used_bash = any(name == "execute_bash" for name in calls.values())
+    paired = bool(calls) and calls == results
+    exists = os.path.exists(os.path.join(workspace_path, "done.txt"))
+    return {"used_bash": float(used_bash), "paired": float(paired), "exists": float(exists)}
+```
+"""
+
+
+@pytest.mark.parametrize("tool_level", [0, 1, 2])
+def test_graders_see_canonical_tool_names_under_every_tool_interface(tool_level, tmp_path, monkeypatch):
+    """One behaviour, one grader that inspects tool names and call/result pairing: the same reward
+    under T0 (canonical names), T1 (aliases, resampled) and T2 (opaque identifiers)."""
+    monkeypatch.setenv("HARNESS_GYM_CACHE", str(tmp_path / "cache"))
+    write(tmp_path / "pb" / "tasks" / "task_tool_names.md", TOOL_NAME_GRADER)
+    env = HarnessEnv(f"S0T{tool_level}O0C0W0", tasks=f"pinchbench:{tmp_path / 'pb'}", resample_names=True)
+    env.reset(seed=3)
+    names = env.tool_interface
+    shell, finisher = names.name_for("execute_bash"), names.name_for("finish")
+    assert (shell == "execute_bash") == (tool_level == 0)
+    call = {"name": shell, "arguments": {"command": "touch done.txt"}}
+    env.step(f"<tool_call>{json.dumps(call)}</tool_call>")
+    _, reward, terminated, _, info = env.step(
+        f"<tool_call>{json.dumps({'name': finisher, 'arguments': {'message': 'done'}})}</tool_call>"
+    )
+    env.close()
+    assert terminated and info["grader_error"] is None
+    assert info["reward_breakdown"] == {"used_bash": 1.0, "paired": 1.0, "exists": 1.0} and reward == 1.0

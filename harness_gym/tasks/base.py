@@ -150,29 +150,50 @@ def final_message(transcript: Sequence[Mapping[str, Any]]) -> str:
 
 def openclaw_transcript(transcript: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The transcript as OpenClaw session events: ``{"type": "message", "message": {"role",
-    "content": [parts]}}`` with ``text`` and ``toolCall`` parts, and ``toolResult`` messages."""
+    "content": [parts]}}`` with ``text`` and ``toolCall`` parts, and ``toolResult`` messages.
+
+    Tool names are the canonical ones (``execute_bash``, ``file_editor``, ...) whatever the harness
+    called them, with the harness's own name beside them (``harnessName`` / ``harnessToolName``),
+    and every result carries the id of its call: the same behaviour grades the same under T0-T2.
+    """
     from harness_gym.tool_calls import parse_action
 
     events: list[dict[str, Any]] = []
     for message in transcript:
         role, text = message.get("role"), message.get("content") or ""
         if role == "assistant":
+            calls = message.get("calls")
             parsed = parse_action(
                 {"role": "assistant", "content": text, "tool_calls": message.get("tool_calls")}
                 if message.get("tool_calls")
                 else text
             )
+            if calls is None:  # a transcript not recorded by HarnessEnv: names as written
+                calls = [
+                    {"id": c.id, "name": c.name, "canonical": c.name, "arguments": c.arguments} for c in parsed.calls
+                ]
             parts: list[dict[str, Any]] = [{"type": "text", "text": parsed.text}] if parsed.text else []
-            parts += [{"type": "toolCall", "id": c.id, "name": c.name, "arguments": c.arguments} for c in parsed.calls]
+            parts += [
+                {
+                    "type": "toolCall",
+                    "id": c["id"],
+                    "name": c["canonical"],
+                    "harnessName": c["name"],
+                    "arguments": c["arguments"],
+                }
+                for c in calls
+            ]
             events.append({"type": "message", "message": {"role": "assistant", "content": parts}})
         elif role == "tool":
+            name = message.get("name")
             events.append(
                 {
                     "type": "message",
                     "message": {
                         "role": "toolResult",
                         "toolCallId": message.get("tool_call_id"),
-                        "toolName": message.get("name"),
+                        "toolName": message.get("canonical_name", name),
+                        "harnessToolName": name,
                         "content": [{"type": "text", "text": text}],
                     },
                 }

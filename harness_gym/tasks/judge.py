@@ -47,7 +47,8 @@ def judge_score(client: ChatClient, task: Task, transcript: Sequence[Mapping[str
 
 
 def apply_judge(task: Task, graded: GradeResult, transcript: Sequence[Mapping[str, Any]]) -> GradeResult:
-    """Combine the automated grade with the judge's (mean for hybrid, judge alone for llm_judge)."""
+    """Combine the automated grade with the judge's: for ``hybrid`` the mean weighted by the task's
+    ``weights`` (PinchBench's ``grading_weights``, default equal), for ``llm_judge`` the judge alone."""
     kind = (task.judge or {}).get("type", "hybrid")
     client = judge_client()
     breakdown = dict(graded.breakdown)
@@ -68,5 +69,10 @@ def apply_judge(task: Task, graded: GradeResult, transcript: Sequence[Mapping[st
         return replace(graded, breakdown=breakdown, error=graded.error or f"task {task.id}: the judge failed: {exc}")
     breakdown["llm_judge"] = score
     breakdown["llm_judge_rationale"] = rationale
-    reward = score if kind == "llm_judge" or graded.error else (graded.reward + score) / 2
+    weights = (task.judge or {}).get("weights") or {"automated": 0.5, "llm_judge": 0.5}
+    automated, judged = float(weights.get("automated", 0.5)), float(weights.get("llm_judge", 0.5))
+    if kind == "llm_judge" or graded.error:
+        reward = score
+    else:
+        reward = (graded.reward * automated + score * judged) / (automated + judged)
     return replace(graded, reward=reward, breakdown=breakdown)

@@ -11,9 +11,12 @@ rubric part (``llm_judge`` / ``hybrid``) goes to the optional LLM judge (:mod:`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import math
 import re
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -61,45 +64,130 @@ def load_task_file(path: Path, root: Path) -> Task:
     if grading in ("automated", "hybrid") and code is None:
         raise TaskError(f"task {task_id}: grading_type {grading} needs a python block under '## Automated Checks'")
     source = code.group(1) if code else "def grade(transcript, workspace_path):\n    return {'automated': 0.0}\n"
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    folder = cache_dir() / "pinchbench" / f"{task_id}-{digest}"
-    grader = folder / "grader"
-    grader.mkdir(parents=True, exist_ok=True)
-    (grader / "checks.py").write_text(source, encoding="utf-8")
-    shutil.copy2(RUNNER, grader / "run.py")
-    workspace = folder / "workspace"
-    workspace.mkdir(exist_ok=True)
-    for item in front.get("workspace_files") or []:
-        if isinstance(item, str):
-            item = {"source": item, "dest": Path(item).name}
-        src = (root / str(item.get("source", ""))).resolve()
-        dest = str(item.get("dest") or Path(str(item.get("source", ""))).name)
-        if not src.is_file():
-            raise TaskError(f"task {task_id}: workspace file {item.get('source')!r} not found under {root}")
-        if dest.startswith("/") or ".." in Path(dest).parts:
-            raise TaskError(f"task {task_id}: unsafe workspace destination {dest!r}")
-        (workspace / dest).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, workspace / dest)
-    rubric = "\n\n".join(f"{k}:\n{sections[k]}" for k in ("Expected Behavior", "Grading Criteria") if sections.get(k))
+    folder = _build_task_folder(task_id, path, root, source, front.get("workspace_files") or [])
+    weights = _grading_weights(task_id, front.get("grading_weights"), grading)
+    criteria = sections.get("LLM Judge Rubric") or sections.get("Grading Criteria", "")
+    rubric = "\n\n".join(
+        f"{title}:\n{text}"
+        for title, text in (("Expected Behavior", sections.get("Expected Behavior")), ("Rubric", criteria))
+        if text
+    )
     metadata = {
         "family": "pinchbench",
         "name": front.get("name"),
         "category": front.get("category"),
         "grading_type": grading,
+        "grading_weights": weights,
         "time_limit_s": front.get("timeout_seconds"),
     }
     return Task(
         id=task_id,
         instruction=prompt,
         mount_path=DEFAULT_MOUNT,
-        workspace_dir=workspace,
-        grader_files=(grader,),
+        workspace_dir=folder / "workspace",
+        grader_files=(folder / "grader",),
         grade_command="python3 {grader}/run.py",
         grader_payload=True,
         metadata=metadata,
-        judge=None if grading == "automated" else {"type": grading, "rubric": rubric},
+        judge=None if grading == "automated" else {"type": grading, "rubric": rubric, "weights": weights},
         time_limit_s=float(front["timeout_seconds"]) if front.get("timeout_seconds") else None,
     )
+
+
+def _build_task_folder(task_id: str, path: Path, root: Path, checks: str, files: Any) -> Path:
+    """The task's cached ``workspace/`` and ``grader/`` folders, built once per content and moved
+    into place whole, so concurrent loaders never see (or delete) a half-built folder."""
+    if not isinstance(files, list):
+        raise TaskError(f"task {task_id}: workspace_files must be a list")
+    digest = hashlib.sha256(path.read_bytes())
+    for item in files:  # a changed asset must not reuse a stale copy
+        source = item.get("source") if isinstance(item, dict) else item
+        for base in (root / "assets", root):
+            if isinstance(source, str) and source and (base / source).is_file():
+                stat = (base / source).stat()
+                digest.update(f"{base / source}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+                break
+    folder = cache_dir() / "pinchbench" / f"{task_id}-{digest.hexdigest()[:16]}"
+    if (folder / ".complete").exists():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    try:
+        (staging / "grader").mkdir()
+        (staging / "grader" / "checks.py").write_text(checks, encoding="utf-8")
+        shutil.copy2(RUNNER, staging / "grader" / "run.py")
+        (staging / "workspace").mkdir()
+        for number, item in enumerate(files):
+            _place_workspace_file(task_id, number, item, root, staging / "workspace")
+        (staging / ".complete").touch()
+        if folder.exists() and not (folder / ".complete").exists():
+            shutil.rmtree(folder, ignore_errors=True)  # left by an older version that wrote in place
+        with contextlib.suppress(OSError):  # another process won the race; its folder is identical
+            staging.rename(folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return folder
+
+
+def _place_workspace_file(task_id: str, number: int, item: Any, root: Path, workspace: Path) -> None:
+    """Write one ``workspace_files`` entry: ``{path, content}`` inline, or ``{source, dest}`` copied
+    from the suite's ``assets/`` folder (a bare string is a source). Paths that leave the suite or
+    the workspace are refused: a task file must never pull host files into an agent's workspace."""
+    where = f"task {task_id}: workspace_files[{number}]"
+    if isinstance(item, str):
+        item = {"source": item}
+    if not isinstance(item, dict):
+        raise TaskError(f"{where} must be a mapping with 'path' and 'content', or 'source' and 'dest'")
+    if "content" in item:
+        dest, content = item.get("path") or item.get("dest"), item["content"]
+        if not isinstance(dest, str) or not isinstance(content, str):
+            raise TaskError(f"{where}: an inline file needs a string 'path' and a string 'content'")
+        target = _inside(workspace, dest, f"{where}: path")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content, encoding="utf-8")
+        return
+    source = item.get("source")
+    if not isinstance(source, str) or not source:
+        raise TaskError(f"{where} has neither 'content' nor a 'source' file")
+    dest = item.get("dest") or Path(source).name
+    if not isinstance(dest, str):
+        raise TaskError(f"{where}: 'dest' must be a string")
+    candidates = [root / "assets", root]  # published tasks name files under assets/; some forks keep the prefix
+    found = next((p for p in (_inside(base, source, f"{where}: source") for base in candidates) if p.is_file()), None)
+    if found is None:
+        raise TaskError(f"{where}: source {source!r} not found under {root / 'assets'}")
+    target = _inside(workspace, dest, f"{where}: dest")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(found, target)
+
+
+def _inside(base: Path, relative: str, what: str) -> Path:
+    """``base / relative``, refused when ``relative`` is absolute or the result (links resolved)
+    lies outside ``base``."""
+    if Path(relative).is_absolute() or ".." in Path(relative).parts:
+        raise TaskError(f"{what} {relative!r} must be a relative path without '..'")
+    resolved = (base / relative).resolve()
+    if not resolved.is_relative_to(base.resolve()):
+        raise TaskError(f"{what} {relative!r} leads outside {base}")
+    return base / relative
+
+
+def _grading_weights(task_id: str, raw: Any, grading: str) -> dict[str, float]:
+    """``grading_weights`` as PinchBench reads them: default 0.5/0.5, non-negative, not both zero."""
+    if grading != "hybrid":
+        return {"automated": float(grading == "automated"), "llm_judge": float(grading == "llm_judge")}
+    defaults = {"automated": 0.5, "llm_judge": 0.5}
+    if raw is None:
+        return defaults
+    if not isinstance(raw, dict) or set(raw) - {"automated", "llm_judge"}:
+        raise TaskError(f"task {task_id}: grading_weights must be a mapping with keys automated and llm_judge")
+    weights = {key: raw.get(key, defaults[key]) for key in defaults}
+    for key, value in weights.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise TaskError(f"task {task_id}: grading_weights.{key} must be a non-negative number, got {value!r}")
+    if weights["automated"] + weights["llm_judge"] <= 0:
+        raise TaskError(f"task {task_id}: grading_weights must not both be zero")
+    return {key: float(value) for key, value in weights.items()}
 
 
 def load_pinchbench(argument: str) -> Suite:
