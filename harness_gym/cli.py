@@ -7,6 +7,7 @@
     harness-gym report results.jsonl [--out DIR]
     harness-gym compare a.jsonl b.jsonl
     harness-gym view trajectory.jsonl [--html page.html]
+    harness-gym worlds list | build NAME... [--force] | path NAME | rm NAME...
 
 ``check`` runs the privileged reference agent on every task in every chosen harness: a
 solvability benchmark of the harnesses themselves (every task must score 1.0 everywhere).
@@ -141,6 +142,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         env_options["max_steps"] = args.max_steps
     if args.sandbox:
         env_options["sandbox"] = args.sandbox
+    if args.world:
+        env_options["world"] = args.world
     runner = BenchRunner(
         factory,
         resolve_harnesses(args.configs),
@@ -259,6 +262,39 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_worlds(args: argparse.Namespace) -> int:
+    from harness_gym.worlds import WorldError, build_world, list_worlds, load_world, remove_world
+
+    names = args.names
+    if args.action == "list":
+        rows = list_worlds()
+        print(f"{'world':<12} {'built':<6} {'size MB':>8}  {'digest':<16}  description")
+        for row in rows:
+            size = "" if row["size_mb"] is None else f"{row['size_mb']:.0f}"
+            built = "yes" if row["built"] else "no"
+            print(f"{row['name']:<12} {built:<6} {size:>8}  {row['digest']:<16}  {row['description']}")
+        return 0
+    if not names:
+        raise WorldError(f"'worlds {args.action}' needs at least one world name")
+    if args.action == "build":
+        started = time.monotonic()
+
+        def progress(line: str) -> None:
+            print(f"[{time.monotonic() - started:5.0f} s] {line}", flush=True)
+
+        for name in names:
+            build_world(name, force=args.force, progress=progress)
+    elif args.action == "path":
+        for name in names:
+            root = load_world(name).root()
+            print(root if root is not None else "/ (the host's own folders)")
+    else:
+        for name in names:
+            removed = remove_world(name)
+            print(f"{name}: removed {len(removed)} built folder(s)" if removed else f"{name}: nothing built")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="harness-gym", description="The agent harness as an experimental variable.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -309,6 +345,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--sandbox", help="sandbox backend for every harness (default: bubblewrap, Docker for image tasks)"
     )
+    bench.add_argument(
+        "--world", help="the world every task runs on (default: each suite's own; see `harness-gym worlds list`)"
+    )
     bench.add_argument("--out", type=Path, default=Path("bench-results"), help="output folder (default bench-results)")
     bench.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
     bench.add_argument("--seed", type=int, default=0)
@@ -357,6 +396,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.set_defaults(func=_cmd_serve)
+
+    worlds = sub.add_parser("worlds", help="build, list, locate or remove worlds (root filesystems sandboxes run on)")
+    worlds.add_argument("action", choices=["list", "build", "path", "rm"])
+    worlds.add_argument("names", nargs="*", help="shipped world names (host, python, clawgym) or world YAML files")
+    worlds.add_argument("--force", action="store_true", help="build: rebuild even if built")
+    worlds.set_defaults(func=_cmd_worlds)
     return parser
 
 

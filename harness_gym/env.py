@@ -25,7 +25,7 @@ from harness_gym.factors.system_prompt import system_message
 from harness_gym.factors.tool_interface import ToolInterface, resample_names
 from harness_gym.factors.workflow import Workflow
 from harness_gym.hooks import CallRecord, EpisodeState, HookRunner, classify
-from harness_gym.sandboxes.base import Sandbox, SandboxFactory, choose_backend, create_sandbox
+from harness_gym.sandboxes.base import Sandbox, SandboxError, SandboxFactory, choose_backend, create_sandbox
 from harness_gym.space import BASE_CONFIG, HarnessConfig
 from harness_gym.spaces import AssistantActionSpace, chat_observation_space
 from harness_gym.spec import compile_config, load_spec, resolve_spec, spec_hash, validate_spec
@@ -33,6 +33,7 @@ from harness_gym.summarizers import Summarizer
 from harness_gym.tasks import GradeResult, Task, load_tasks
 from harness_gym.tool_calls import ActionError, ToolCall, coerce_arguments, parse_action
 from harness_gym.tools import LIBRARY_PREFIX, ToolContext, run_tool
+from harness_gym.worlds import HOST, World, docker_image, load_world
 
 Message = dict[str, Any]
 
@@ -51,6 +52,8 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         summarizer: the context summariser (default: deterministic, no model).
         resample_names: re-draw tool aliases / opaque identifiers every episode.
         include_skills: show the spec's skills (training); evaluation turns them off.
+        world: the root filesystem every task runs on (``"python"``, ``"clawgym"``, a world YAML file;
+            see :mod:`harness_gym.worlds`); default: each task's suite's world, else the host's folders.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 0}
@@ -69,6 +72,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         resample_names: bool = False,
         include_skills: bool = True,
         render_mode: str | None = None,
+        world: str | None = None,
     ) -> None:
         if spec is None:
             self.harness_spec: dict[str, Any] = compile_config(config if config is not None else BASE_CONFIG)
@@ -94,8 +98,9 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         options.update(sandbox_options or {})
         self._sandbox_request = sandbox
         self._sandbox_options = options
+        self._worlds: dict[str, World] = {}
         for task in self.tasks:  # fail at construction, not mid-run, when a task cannot be placed
-            choose_backend(sandbox, task.image)
+            self._worlds[task.id] = self._world_for(task, choose_backend(sandbox, task.image), world)
         self._sandboxes: dict[tuple[str, str | None], Sandbox] = {}
         self.summarizer = summarizer
         self.resample_names = resample_names
@@ -302,15 +307,38 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
     # ------------------------------------------------------------------ internals
 
     def _sandbox_for(self, task: Task) -> Sandbox:
-        """The sandbox for this task's backend and image, created on first use and then reused."""
+        """The sandbox for this task's backend, image and world, created on first use and then reused."""
         backend = choose_backend(self._sandbox_request, task.image)
+        world = self._worlds[task.id]
         options = dict(self._sandbox_options)
         image = task.image or options.pop("image", None)  # the task's own image wins
         options.pop("image", None)
-        key = (backend if isinstance(backend, str) else "custom", image if backend == "docker" else None)
+        if backend == "docker" and task.image is None and not world.is_host:
+            image = docker_image(world, options.get("docker_host"))  # the same files as under bubblewrap
+        elif backend == "bubblewrap":
+            options["system_root"] = world.root()
+        name = backend if isinstance(backend, str) else "custom"
+        key = (name, image if backend == "docker" else None, world.digest if backend == "bubblewrap" else None)
         if key not in self._sandboxes:
             self._sandboxes[key] = create_sandbox(backend, key[1], **options)
         return self._sandboxes[key]
+
+    @staticmethod
+    def _world_for(task: Task, backend: str | SandboxFactory, requested: str | None) -> World:
+        """The world a task runs on: the environment's ``world``, else the task's (its suite's
+        default), else the host's folders. A world that is not built is an error now, naming the
+        command that builds it; a task's own container image is its world."""
+        world = load_world(requested or task.world or HOST)
+        if world.is_host or (backend == "docker" and task.image is not None):
+            return world
+        if backend not in ("bubblewrap", "docker"):
+            name = backend if isinstance(backend, str) else "a custom sandbox factory"
+            raise SandboxError(
+                f"task {task.id} runs on world {world.name!r}, which the {name} backend cannot provide; "
+                "use sandbox='bubblewrap' or 'docker', or world='host'"
+            )
+        world.root()  # raises WorldError with the build command when it is missing
+        return world
 
     def _choose_task(self, task_id: str | None) -> Task:
         if task_id is not None:

@@ -17,6 +17,20 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
+def clawgym_world():
+    """The shipped ``clawgym`` world, built once per machine (a few minutes the first time, from the
+    Debian mirror; reused afterwards from the system cache). Building needs root and mmdebstrap."""
+    from harness_gym.worlds import build_world, load_world
+
+    world = load_world("clawgym")
+    if not world.built:
+        if os.geteuid() != 0 or shutil.which("mmdebstrap") is None:
+            pytest.skip("the clawgym world is not built and cannot be built here (needs root and mmdebstrap)")
+        build_world(world, progress=lambda line: print(line, flush=True))
+    return world
+
+
+@pytest.fixture(scope="session")
 def docker_engine():
     """A Docker engine and a locally built image: the engine at DOCKER_HOST if it answers, else a
     private dockerd the fixture starts and stops. Skipped when neither is possible, or when

@@ -32,7 +32,7 @@ def write(path, text, mode=None):
 
 
 @pytest.fixture
-def clawgym(tmp_path):
+def clawgym(tmp_path, clawgym_world):
     root = tmp_path / "clawgym"
     task = root / "task_0000"
     write(
@@ -60,9 +60,9 @@ def clawgym(tmp_path):
     write(
         task / "reward" / "reward.sh",
         """
-        out=$(python3 reward/check.py)
+        out=$(python reward/check.py)
         echo "$out"
-        python3 -c "import json, sys; s = json.loads(sys.argv[1]); print(sum(s.values()) / len(s))" "$out"
+        python -c "import json, sys; s = json.loads(sys.argv[1]); print(sum(s.values()) / len(s))" "$out"
         """,
     )
     chat = root / "task_0001"
@@ -150,7 +150,7 @@ def test_clawgym_chat_payload_and_grader_failures(clawgym):
     env.close()
 
 
-def test_clawgym_corpus_lines(tmp_path, monkeypatch):
+def test_clawgym_corpus_lines(tmp_path, monkeypatch, clawgym_world):
     monkeypatch.setenv("HARNESS_GYM_CACHE", str(tmp_path / "cache"))
     from harness_gym.tasks import clawgym as module
 
@@ -198,7 +198,7 @@ def test_clawgym_corpus_lines(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def pinchbench(tmp_path):
+def pinchbench(tmp_path, clawgym_world):
     root = tmp_path / "pinchbench"
     write(root / "assets" / "todo.txt", "buy milk\ncall mom\n")
     write(
@@ -330,7 +330,7 @@ def test_pinchbench_hybrid_with_a_judge(pinchbench, tmp_path, monkeypatch, chat_
 
 
 @pytest.fixture
-def pinchbench_published(tmp_path):
+def pinchbench_published(tmp_path, clawgym_world):
     """PinchBench files exactly as the published repository writes them: ``source`` relative to
     ``assets/``, inline ``path`` + ``content`` files, ``grading_weights`` and a judge rubric."""
     root = tmp_path / "published"
@@ -421,7 +421,7 @@ def test_pinchbench_published_files_weights_and_rubric(pinchbench_published, tmp
         ("- {}", "neither 'content' nor a 'source'"),
     ],
 )
-def test_pinchbench_refuses_files_from_outside_the_suite(tmp_path, monkeypatch, entry, message):
+def test_pinchbench_refuses_files_from_outside_the_suite(tmp_path, monkeypatch, entry, message, clawgym_world):
     monkeypatch.setenv("HARNESS_GYM_CACHE", str(tmp_path / "cache"))
     root = tmp_path / "bench"
     (root / "assets").mkdir(parents=True)
@@ -478,7 +478,7 @@ def grade(transcript, workspace_path):
 
 
 @pytest.mark.parametrize("tool_level", [0, 1, 2])
-def test_graders_see_canonical_tool_names_under_every_tool_interface(tool_level, tmp_path, monkeypatch):
+def test_graders_see_canonical_tool_names_under_every_tool_interface(tool_level, tmp_path, monkeypatch, clawgym_world):
     """One behaviour, one grader that inspects tool names and call/result pairing: the same reward
     under T0 (canonical names), T1 (aliases, resampled) and T2 (opaque identifiers)."""
     monkeypatch.setenv("HARNESS_GYM_CACHE", str(tmp_path / "cache"))
@@ -496,3 +496,61 @@ def test_graders_see_canonical_tool_names_under_every_tool_interface(tool_level,
     env.close()
     assert terminated and info["grader_error"] is None
     assert info["reward_breakdown"] == {"used_bash": 1.0, "paired": 1.0, "exists": 1.0} and reward == 1.0
+
+
+@pytest.fixture
+def clawgym_pytest_task(tmp_path, clawgym_world):
+    """A ClawGym folder whose grader does what published ones do: `python` (not python3) and
+    `python -m pytest` on tests kept under reward/, where the agent never sees them."""
+    task = tmp_path / "clawgym-pytest" / "task_0100"
+    write(
+        task / "data_entry.json",
+        json.dumps(
+            {
+                "task_id": "task_0100",
+                "user_query": "Write slug.py with slugify(text): lowercase, words joined by '-'.",
+                "input_mount_dir": WS,
+                "metadata": {"category": "code", "grading_type": "automated"},
+            }
+        ),
+    )
+    write(
+        task / "reward" / "test_slug.py",
+        f"""
+        import sys
+        sys.path.insert(0, "{WS}")
+        from slug import slugify
+
+        def test_words():
+            assert slugify("Hello Big World") == "hello-big-world"
+
+        def test_spaces():
+            assert slugify("  a   b ") == "a-b"
+        """,
+    )
+    write(
+        task / "reward" / "reward.sh",
+        """
+        cd reward
+        if python -m pytest -q -p no:cacheprovider test_slug.py > /dev/null 2>&1; then echo 1.0; else echo 0.0; fi
+        """,
+    )
+    return task.parent
+
+
+@pytest.mark.parametrize("config", ["S0T0O0C0W0", "S2T1O2C1W0", "S1T2O1C2W0"])
+def test_clawgym_graders_run_python_and_pytest_in_their_world(clawgym_pytest_task, config):
+    env = HarnessEnv(config, tasks=f"clawgym:{clawgym_pytest_task}")
+    names = None
+    for solve, expected in ((True, 1.0), (False, 0.0)):
+        env.reset(seed=0)
+        names = env.tool_interface
+        if solve:
+            code = "cat > slug.py <<'PY'\ndef slugify(text):\n    return '-'.join(text.lower().split())\nPY"
+            call = {"name": names.name_for("execute_bash"), "arguments": {"command": code}}
+            env.step(f"<tool_call>{json.dumps(call)}</tool_call>")
+        finisher = {"name": names.name_for("finish"), "arguments": {"message": "done"}}
+        _, reward, terminated, _, info = env.step(f"<tool_call>{json.dumps(finisher)}</tool_call>")
+        assert terminated and info["grader_error"] is None, env.last_grade.log
+        assert reward == expected, env.last_grade.log
+    env.close()

@@ -80,6 +80,8 @@ class BubblewrapSandbox(ShellSandbox):
         max_file_mb, max_open_files, cpu_time_s: RLIMIT_FSIZE, RLIMIT_NOFILE, RLIMIT_CPU.
         workspace_size_mb: size of the tmpfs workspace (as root); tmp_size_mb: size of /tmp and home.
         extra_ro_binds: more host folders to show read-only, ``{host_path: sandbox_path}``.
+        system_root: a world's root filesystem whose /usr, /bin, /lib and /etc replace the host's
+            (see :mod:`harness_gym.worlds`); None shows the host's own.
         workspace_root: where workspaces are created on the host (default: the temp folder).
     """
 
@@ -100,6 +102,7 @@ class BubblewrapSandbox(ShellSandbox):
         python: str = "/usr/bin/python3",
         extra_ro_binds: Mapping[str, str] | None = None,
         workspace_root: str | Path | None = None,
+        system_root: str | Path | None = None,
     ) -> None:
         super().__init__(command_timeout_s=command_timeout_s, output_limit_chars=output_limit_chars)
         self.memory_mb = memory_mb
@@ -112,6 +115,9 @@ class BubblewrapSandbox(ShellSandbox):
         self.python = python
         self.extra_ro_binds = dict(extra_ro_binds or {})
         self.workspace_root = workspace_root
+        self.system_root = str(system_root) if system_root is not None else None
+        if self.system_root is not None and not os.path.isfile(os.path.join(self.system_root, "usr/bin/bash")):
+            raise SandboxError(f"system_root {self.system_root} is not a root filesystem with /usr/bin/bash")
         self._bwrap = _require_bwrap()
         self.workspace: Path | None = None
         self._mount_path = ""
@@ -259,10 +265,11 @@ class BubblewrapSandbox(ShellSandbox):
         if self._lease is not None:
             argv[1:1] = ["--unshare-user", "--uid", "0", "--gid", "0"]
         for path in SYSTEM_DIRS:
-            if os.path.islink(path):
-                argv += ["--symlink", os.readlink(path), path]
-            elif os.path.isdir(path):
-                argv += ["--ro-bind", path, path]
+            source = path if self.system_root is None else os.path.join(self.system_root, path.lstrip("/"))
+            if os.path.islink(source):
+                argv += ["--symlink", os.readlink(source), path]
+            elif os.path.isdir(source):
+                argv += ["--ro-bind", source, path]
         for path in PRIVATE_TMPFS:
             argv += ["--size", str(self.tmp_size_mb << 20), "--tmpfs", path]
         for host, inside in self.extra_ro_binds.items():

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness_gym.paths import cache_dir
 from harness_gym.sandboxes.base import GRADER_DIR, Sandbox
 
 DEFAULT_GRADE_COMMAND = "python3 {grader}/grade.py"
@@ -57,6 +58,7 @@ class Task:
     time_limit_s: float | None = None  # wall-clock limit of an episode (truncated, and graded, beyond it)
     workspace_from_image: str | None = None  # the workspace is this folder of ``image`` (e.g. /testbed)
     hidden_paths: tuple[str, ...] = ()  # paths of ``image`` the agent must not see (hidden tests)
+    world: str | None = None  # the world its sandbox runs on (harness_gym.worlds); None: the host's folders
 
     def materialize(self, destination: Path) -> None:
         """Copy the starting workspace into ``destination`` (an empty folder)."""
@@ -121,11 +123,10 @@ def _pristine(folder: Path, original: Path, paths: Sequence[str]) -> Path:
 def image_folder(image: str, path: str) -> Path:
     """A folder of a container image, extracted once into the cache and reused."""
     import hashlib
-    import os
 
     from harness_gym.sandboxes.docker import extract_image_path
 
-    root = Path(os.environ.get("HARNESS_GYM_CACHE", Path.home() / ".cache" / "harness-gym")) / "images"
+    root = cache_dir() / "images"
     root.mkdir(parents=True, exist_ok=True)
     name = hashlib.sha256(f"{image}:{path}".encode()).hexdigest()[:20]
     target, done = root / name, root / f"{name}.complete"

@@ -56,6 +56,7 @@ def load_task_dir(folder: Path, shared: Path | None = None) -> Task:
         grade_command=meta.get("grade_command", DEFAULT_GRADE_COMMAND),
         grader_timeout_s=float(meta.get("grader_timeout_s", 120.0)),
         time_limit_s=float(meta["time_limit_s"]) if meta.get("time_limit_s") else None,
+        world=meta.get("world"),
         solution=tuple(meta.get("solution", [])),
         split=meta["split"],
         metadata=metadata,

@@ -24,16 +24,15 @@ import re
 from pathlib import Path
 from typing import Any
 
+from harness_gym.paths import cache_dir
 from harness_gym.sandboxes.base import SandboxError
 from harness_gym.sandboxes.bubblewrap import check_mount_path
 from harness_gym.tasks.base import Suite, Task, TaskError, register_loader
 
 DEFAULT_MOUNT = "/root/.openclaw/workspace"
-
-
-def cache_dir() -> Path:
-    """Where loaders unpack suites (``HARNESS_GYM_CACHE``, default ``~/.cache/harness-gym``)."""
-    return Path(os.environ.get("HARNESS_GYM_CACHE", Path.home() / ".cache" / "harness-gym"))
+# ClawGym graders call `python` and `python -m pytest`, and prompts ask for jq, git, sqlite3...:
+# the suite runs on a machine that has them, whatever the host has (harness_gym/worlds/clawgym.yaml)
+WORLD = "clawgym"
 
 
 def load_task_folder(folder: Path, split: str = "train") -> Task:
@@ -77,6 +76,7 @@ def load_task_folder(folder: Path, split: str = "train") -> Task:
         grader_timeout_s=float(metadata.get("grader_timeout_s", 300)),
         split=split,
         metadata=metadata,
+        world=WORLD,
     )
 
 

@@ -22,8 +22,9 @@ from typing import Any
 
 import yaml
 
+from harness_gym.paths import cache_dir
 from harness_gym.tasks.base import Suite, Task, TaskError, register_loader
-from harness_gym.tasks.clawgym import DEFAULT_MOUNT, cache_dir
+from harness_gym.tasks.clawgym import DEFAULT_MOUNT, WORLD
 
 RUNNER = Path(__file__).resolve().parent / "graders" / "pinchbench_runner.py"
 _FRONT = re.compile(r"\A---\s*\n(.*?)\n---\s*\n(.*)\Z", re.DOTALL)
@@ -89,6 +90,7 @@ def load_task_file(path: Path, root: Path) -> Task:
         grade_command="python3 {grader}/run.py",
         grader_payload=True,
         metadata=metadata,
+        world=WORLD,  # PinchBench tasks are OpenClaw tasks too: the same machine
         judge=None if grading == "automated" else {"type": grading, "rubric": rubric, "weights": weights},
         time_limit_s=float(front["timeout_seconds"]) if front.get("timeout_seconds") else None,
     )

@@ -25,8 +25,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from harness_gym.paths import cache_dir
 from harness_gym.tasks.base import Suite, Task, TaskError, register_loader
-from harness_gym.tasks.clawgym import cache_dir
 
 RUNNER = Path(__file__).resolve().parent / "graders" / "swebench_runner.py"
 SWEBENCH_FIELDS = ("instance_id", "problem_statement", "test_patch", "FAIL_TO_PASS", "PASS_TO_PASS")
