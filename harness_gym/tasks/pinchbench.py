@@ -11,18 +11,16 @@ rubric part (``llm_judge`` / ``hybrid``) goes to the optional LLM judge (:mod:`.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import math
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from harness_gym.paths import cache_dir
+from harness_gym.paths import build_once, cache_dir
 from harness_gym.tasks.base import Suite, Task, TaskError, register_loader
 from harness_gym.tasks.clawgym import DEFAULT_MOUNT, WORLD
 
@@ -109,26 +107,16 @@ def _build_task_folder(task_id: str, path: Path, root: Path, checks: str, files:
                 stat = (base / source).stat()
                 digest.update(f"{base / source}:{stat.st_size}:{stat.st_mtime_ns}".encode())
                 break
-    folder = cache_dir() / "pinchbench" / f"{task_id}-{digest.hexdigest()[:16]}"
-    if (folder / ".complete").exists():
-        return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-    try:
+
+    def build(staging: Path) -> None:
         (staging / "grader").mkdir()
         (staging / "grader" / "checks.py").write_text(checks, encoding="utf-8")
         shutil.copy2(RUNNER, staging / "grader" / "run.py")
         (staging / "workspace").mkdir()
         for number, item in enumerate(files):
             _place_workspace_file(task_id, number, item, root, staging / "workspace")
-        (staging / ".complete").touch()
-        if folder.exists() and not (folder / ".complete").exists():
-            shutil.rmtree(folder, ignore_errors=True)  # left by an older version that wrote in place
-        with contextlib.suppress(OSError):  # another process won the race; its folder is identical
-            staging.rename(folder)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return folder
+
+    return build_once(cache_dir() / "pinchbench" / f"{task_id}-{digest.hexdigest()[:16]}", build)
 
 
 def _place_workspace_file(task_id: str, number: int, item: Any, root: Path, workspace: Path) -> None:
