@@ -10,6 +10,7 @@ grader gives the reward.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -26,9 +27,10 @@ from harness_gym.factors.tool_interface import ToolInterface, resample_names
 from harness_gym.factors.workflow import Workflow
 from harness_gym.hooks import CallRecord, EpisodeState, HookRunner, classify
 from harness_gym.sandboxes.base import Sandbox, SandboxFactory, choose_backend, create_sandbox
+from harness_gym.sandboxes.options import SandboxOptions
 from harness_gym.space import BASE_CONFIG, HarnessConfig
 from harness_gym.spaces import AssistantActionSpace, chat_observation_space
-from harness_gym.spec import compile_config, load_spec, resolve_spec, spec_hash, validate_spec
+from harness_gym.spec import BUDGET_DEFAULTS, compile_config, load_spec, resolve_spec, spec_hash, validate_spec
 from harness_gym.summarizers import Summarizer
 from harness_gym.tasks import GradeResult, Task, load_tasks
 from harness_gym.tool_calls import ActionError, ToolCall, coerce_arguments, parse_action
@@ -87,13 +89,10 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         self.tasks = load_tasks(tasks)
         self._tasks_by_id = {t.id: t for t in self.tasks}
         budget = self.harness_spec["budget"]
-        options = {
-            "command_timeout_s": budget.get("command_timeout_s", 60.0),
-            "output_limit_chars": budget.get("output_limit_chars", 30_000),
-        }
-        options.update(sandbox_options or {})
+        spec_defaults = {k: budget[k] for k in ("command_timeout_s", "output_limit_chars") if k in budget}
         self._sandbox_request = sandbox
-        self._sandbox_options = options
+        # validated here, so a bad option fails at construction and not at the first reset
+        self._sandbox_options = SandboxOptions.from_mapping(sandbox_options, **spec_defaults)
         for task in self.tasks:  # fail at construction, not mid-run, when a task cannot be placed
             choose_backend(sandbox, task.image)
         self._sandboxes: dict[tuple[str, str | None], Sandbox] = {}
@@ -167,6 +166,8 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         self._episode_started = time.monotonic()
         info = self._base_info()
         info["tool_names"] = {t.canonical: t.name for t in self.tool_interface.tools.values()}
+        limits = getattr(self.sandbox, "limits", None)  # which limits hold on this host, and which do not
+        info["sandbox_limits"] = limits.as_dict() if hasattr(limits, "as_dict") else None
         return self._observation(), info
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
@@ -205,7 +206,11 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             record.feedback.append(note)
             responses.append({"role": "user", "content": note, "source": "workflow"})
         else:
-            for call in parsed.calls:
+            budget = self.harness_spec["budget"]
+            max_calls = int(budget.get("max_tool_calls_per_step", BUDGET_DEFAULTS["max_tool_calls_per_step"]))
+            step_limit_s = float(budget.get("step_time_limit_s", BUDGET_DEFAULTS["step_time_limit_s"]))
+            step_deadline = time.monotonic() + step_limit_s
+            for index, call in enumerate(parsed.calls):
                 if terminated:
                     responses.append(
                         _tool_message(
@@ -216,7 +221,20 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
                 if call.error:
                     responses.append(_tool_message(call, f"Error: {call.error}", "tool"))
                     continue
-                answer, source, finished, seconds = self._run_call(call, record, info, hook_messages)
+                remaining_s = step_deadline - time.monotonic()
+                skipped = (
+                    f"Not executed: at most {max_calls} tool calls run per message."
+                    if index >= max_calls
+                    else f"Not executed: this message's time budget of {step_limit_s:g} s is used up."
+                    if remaining_s <= 0
+                    else None
+                )
+                if skipped is not None:
+                    info["tool_errors"].append(skipped)
+                    responses.append(_tool_message(call, skipped, "tool"))
+                    continue
+                ceiling_s = min(self._sandbox_options.command_timeout_s, remaining_s)
+                answer, source, finished, seconds = self._run_call(call, record, info, hook_messages, ceiling_s)
                 sandbox_s += seconds
                 terminated = terminated or finished
                 responses.append(_tool_message(call, answer, source))
@@ -304,12 +322,11 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
     def _sandbox_for(self, task: Task) -> Sandbox:
         """The sandbox for this task's backend and image, created on first use and then reused."""
         backend = choose_backend(self._sandbox_request, task.image)
-        options = dict(self._sandbox_options)
-        image = task.image or options.pop("image", None)  # the task's own image wins
-        options.pop("image", None)
+        image = task.image or self._sandbox_options.image  # the task's own image wins
         key = (backend if isinstance(backend, str) else "custom", image if backend == "docker" else None)
         if key not in self._sandboxes:
-            self._sandboxes[key] = create_sandbox(backend, key[1], **options)
+            options = dataclasses.replace(self._sandbox_options, image=None)
+            self._sandboxes[key] = create_sandbox(backend, key[1], **options.explicit())
         return self._sandboxes[key]
 
     def _choose_task(self, task_id: str | None) -> Task:
@@ -323,9 +340,10 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         return self.tasks[int(self.np_random.integers(len(self.tasks)))]
 
     def _run_call(
-        self, call: ToolCall, record: TurnRecord, info: dict[str, Any], hook_messages: list[Message]
+        self, call: ToolCall, record: TurnRecord, info: dict[str, Any], hook_messages: list[Message], ceiling_s: float
     ) -> tuple[str, str, bool, float]:
-        """Resolve, validate and run one call; let hooks react. Returns answer, source, finished, seconds."""
+        """Resolve, validate and run one call (no command longer than ``ceiling_s``); let hooks react.
+        Returns answer, source, finished, seconds."""
         assert self.sandbox is not None and self.task is not None
         tool = self.tool_interface.tools.get(call.name)
         arguments = (
@@ -347,12 +365,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             if blocking:
                 info["hooks_fired"] += [f.hook for f in blocking]
                 return "\n".join(f.message for f in blocking), "hook", False, 0.0
-        context = ToolContext(
-            self.sandbox,
-            self.task.mount_path,
-            float(self.harness_spec["budget"].get("command_timeout_s", 60)),
-            tool.name,
-        )
+        context = ToolContext(self.sandbox, self.task.mount_path, ceiling_s, tool.name)
         result = run_tool(tool.implementation, arguments, context)
         info["exit_codes"].append(result.exit_code)
         if result.ran_command:

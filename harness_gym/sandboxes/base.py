@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import inspect
 import os
 import shutil
 import stat
@@ -109,14 +108,19 @@ def choose_backend(requested: str | SandboxFactory | None, image: str | None) ->
 
 
 def create_sandbox(backend: str | SandboxFactory, image: str | None = None, **options: Any) -> Sandbox:
-    """A new sandbox of a backend (by name, or a factory you pass)."""
+    """A new sandbox of a backend (by name, or a factory you pass). ``options`` are validated as
+    :class:`~harness_gym.sandboxes.options.SandboxOptions`: unknown keys, bad values and options the
+    backend would ignore are refused."""
+    from harness_gym.sandboxes.options import SandboxOptions
+
+    typed = SandboxOptions.from_mapping(options)
     if callable(backend):
         return backend()
-    if image:
-        options = dict(options, image=image)
     constructor = _BACKENDS[backend]
-    accepted = inspect.signature(constructor).parameters
-    return constructor(**{k: v for k, v in options.items() if k in accepted})
+    arguments = typed.for_backend(constructor, backend)
+    if image or typed.image:
+        arguments["image"] = image or typed.image
+    return constructor(**arguments)
 
 
 @functools.cache
