@@ -135,9 +135,12 @@ def tool_scripts_dir() -> Path:
     files = sorted(p for p in source.glob("*.py"))
     for path in files:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    target = Path(tempfile.gettempdir()) / f"harness-gym-tools-{digest.hexdigest()[:16]}"
+    from harness_gym.sandboxes.isolation import shared_temp_dir  # a folder a sandbox uid can reach
+
+    parent = shared_temp_dir()
+    target = parent / f"harness-gym-tools-{digest.hexdigest()[:16]}"
     if not target.is_dir():
-        staging = Path(tempfile.mkdtemp(prefix="harness-gym-tools-staging-"))
+        staging = Path(tempfile.mkdtemp(prefix="harness-gym-tools-staging-", dir=parent))
         for path in files:
             shutil.copy2(path, staging / path.name)
             os.chmod(staging / path.name, 0o644)

@@ -31,6 +31,7 @@ from harness_gym.sandboxes.base import (
     register_backend,
     tool_scripts_dir,
 )
+from harness_gym.sandboxes.options import DEFAULTS
 from harness_gym.sandboxes.shell import ShellSandbox, kill_process_group, run_oneshot
 
 # Host folders made visible read-only inside the sandbox (only those that exist).
@@ -97,15 +98,15 @@ class BubblewrapSandbox(ShellSandbox):
     def __init__(
         self,
         *,
-        command_timeout_s: float = 60.0,
-        output_limit_chars: int = 30_000,
-        memory_mb: int = 4096,
-        max_processes: int = 512,
-        max_file_mb: int = 1024,
-        max_open_files: int = 1024,
-        cpu_time_s: int = 3600,
-        workspace_size_mb: int = 1024,
-        tmp_size_mb: int = 512,
+        command_timeout_s: float = DEFAULTS.command_timeout_s,
+        output_limit_chars: int = DEFAULTS.output_limit_chars,
+        memory_mb: int = DEFAULTS.memory_mb,
+        max_processes: int = DEFAULTS.max_processes,
+        max_file_mb: int = DEFAULTS.max_file_mb,
+        max_open_files: int = DEFAULTS.max_open_files,
+        cpu_time_s: int = DEFAULTS.cpu_time_s,
+        workspace_size_mb: int = DEFAULTS.workspace_size_mb,
+        tmp_size_mb: int = DEFAULTS.tmp_size_mb,
         cpus: float | None = None,
         strict_limits: bool = False,
         python: str = "/usr/bin/python3",
@@ -157,8 +158,7 @@ class BubblewrapSandbox(ShellSandbox):
             self._release_workspace()
         self.workspace = workspace
         self._mount_path = check_mount_path(mount_path)
-        self._open_control()
-        isolation.registry().add("dir", self._control)
+        self._control = isolation.private_folder("harness-gym-ctl-")
         if isolation.is_root():
             global _uid_cursor
             self._lease = isolation.UidLease.acquire(_uid_cursor)

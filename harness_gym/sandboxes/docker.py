@@ -32,6 +32,7 @@ from harness_gym.sandboxes.base import (
     tool_scripts_dir,
 )
 from harness_gym.sandboxes.bubblewrap import check_mount_path
+from harness_gym.sandboxes.options import DEFAULTS
 from harness_gym.sandboxes.shell import ShellSandbox, elide, kill_process_group
 
 LABEL = "harness-gym"
@@ -99,10 +100,10 @@ class DockerSandbox(ShellSandbox):
         self,
         image: str | None = None,
         *,
-        command_timeout_s: float = 60.0,
-        output_limit_chars: int = 30_000,
-        memory_mb: int = 4096,
-        max_processes: int = 512,
+        command_timeout_s: float = DEFAULTS.command_timeout_s,
+        output_limit_chars: int = DEFAULTS.output_limit_chars,
+        memory_mb: int = DEFAULTS.memory_mb,
+        max_processes: int = DEFAULTS.max_processes,
         cpus: float | None = None,
         shell: str = "/bin/sh",
         python: str = "python3",

@@ -78,6 +78,35 @@ def _private_dir(path: Path) -> Path:
     return path
 
 
+def shared_temp_dir() -> Path:
+    """Where workspaces, control folders and tool scripts go: the temp folder, unless (as root) a
+    sandbox uid could not reach into it (a per-job ``TMPDIR`` under a private folder); then
+    ``/var/tmp/harness-gym`` (0711: others may traverse it, not list it)."""
+    temp = Path(tempfile.gettempdir())
+    if not is_root() or _traversable(temp):
+        return temp
+    path = Path("/var/tmp/harness-gym")
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o711, parents=True)
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0 or info.st_mode & 0o022:
+        raise PermissionError(f"{path} is not a folder of root's that others cannot write")
+    os.chmod(path, 0o711)
+    return path
+
+
+def _traversable(path: Path) -> bool:
+    """Every folder from / to ``path`` lets others search it."""
+    current = path.resolve()
+    for folder in (current, *current.parents):
+        try:
+            if not os.stat(folder).st_mode & stat.S_IXOTH:
+                return False
+        except OSError:
+            return False
+    return True
+
+
 def lock_dir() -> Path:
     path = state_dir() / "uids"
     path.mkdir(mode=0o700, exist_ok=True)
@@ -472,7 +501,7 @@ def _enable_controllers(base: Path, wanted: set[str]) -> set[str]:
 
     def enabled() -> set[str]:
         with contextlib.suppress(OSError):
-            return set((base / "cgroup.subtree_control").read_text().split())
+            return {c.lstrip("+") for c in (base / "cgroup.subtree_control").read_text().split()}
         return set()
 
     try:
@@ -628,7 +657,7 @@ def remove_cgroup(group: Path) -> None:
 def new_workspace(size_mb: int | None, root: str | Path | None = None) -> tuple[Path, bool]:
     """An empty folder for an episode; a size-limited tmpfs when we may mount one. Registered as
     owned by this process (the caller calls :func:`release_workspace`)."""
-    path = Path(tempfile.mkdtemp(prefix="harness-gym-ws-", dir=root))
+    path = Path(tempfile.mkdtemp(prefix="harness-gym-ws-", dir=root or shared_temp_dir()))
     registry().add("dir", path)
     if size_mb and is_root():
         result = subprocess.run(
@@ -641,7 +670,7 @@ def new_workspace(size_mb: int | None, root: str | Path | None = None) -> tuple[
 
 def private_folder(prefix: str) -> Path:
     """A 0700 temporary folder owned (registered) by this process: control and grader folders."""
-    path = Path(tempfile.mkdtemp(prefix=prefix))
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=shared_temp_dir()))
     registry().add("dir", path)
     return path
 
