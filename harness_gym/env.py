@@ -33,7 +33,7 @@ from harness_gym.spaces import AssistantActionSpace, chat_observation_space
 from harness_gym.spec import BUDGET_DEFAULTS, compile_config, load_spec, resolve_spec, spec_hash, validate_spec
 from harness_gym.summarizers import Summarizer
 from harness_gym.tasks import GradeResult, Task, load_tasks
-from harness_gym.tool_calls import ActionError, ToolCall, coerce_arguments, parse_action
+from harness_gym.tool_calls import ActionError, ParsedAction, ToolCall, coerce_arguments, parse_action
 from harness_gym.tools import LIBRARY_PREFIX, ToolContext, run_tool
 
 Message = dict[str, Any]
@@ -174,7 +174,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         if self.done or self.task is None or self.sandbox is None:
             raise RuntimeError("the episode is over (or was never started); call reset() before step()")
         started = time.perf_counter()
-        parsed = parse_action(action, self.harness_spec.get("tool_call_format", "auto"), id_prefix=f"call_{self.steps}")
+        parsed = _parse_safely(action, self.harness_spec.get("tool_call_format", "auto"), f"call_{self.steps}")
         self.steps += 1
         assistant = _assistant_message(action, parsed.calls)
         responses: list[Message] = []
@@ -346,11 +346,14 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         Returns answer, source, finished, seconds."""
         assert self.sandbox is not None and self.task is not None
         tool = self.tool_interface.tools.get(call.name)
-        arguments = (
-            coerce_arguments(call.arguments, tool.parameters)
-            if tool is not None and call.format == "xml"
-            else call.arguments
-        )
+        arguments = call.arguments
+        if tool is not None and call.format == "xml":
+            try:
+                arguments = coerce_arguments(call.arguments, tool.parameters)
+            except RecursionError:
+                pass  # a parameter nested too deep to decode stays text
+            if _argument_problem(call.name, arguments) is not None:
+                arguments = call.arguments
         tool, error = self.tool_interface.resolve(call.name, arguments)
         if tool is None:
             info["tool_errors"].append(error)
@@ -453,15 +456,99 @@ def _copy_message(message: Message) -> Message:
     return out
 
 
+MAX_ARGUMENT_DEPTH = 64
+MAX_ARGUMENT_CHARS = 1_000_000
+
+
+def _parse_safely(action: Any, fmt: str, id_prefix: str) -> ParsedAction:
+    """Parse a model's action; whatever its shape, the result is calls or errors, never an exception
+    (only an action that is neither text nor a message mapping is the caller's error)."""
+    if not isinstance(action, (str, Mapping)):
+        raise ActionError(f"an action must be a string or an assistant message mapping, got {type(action).__name__}")
+    if isinstance(action, str):
+        action = valid_text(action)
+    try:
+        parsed = parse_action(action, fmt, id_prefix=id_prefix)
+    except Exception as exc:  # e.g. RecursionError on JSON nested 100k deep
+        error = f"the message could not be read ({type(exc).__name__}); nothing was executed"
+        return ParsedAction(_content_text(action), [ToolCall(f"{id_prefix}_0", "", {}, fmt, "", error)])
+    parsed.text = valid_text(parsed.text)
+    for call in parsed.calls:
+        call.id, call.raw = valid_text(str(call.id)), valid_text(str(call.raw))
+        if not call.error:
+            call.error = _argument_problem(call.name, call.arguments)
+        if call.error:
+            call.arguments = {}
+        if not isinstance(call.name, str) or not _encodable(call.name):
+            call.name = ""
+    return parsed
+
+
+def _argument_problem(name: Any, arguments: Any) -> str | None:
+    """Why a call's name or arguments cannot be run (not JSON-shaped, too deep, too big, not valid
+    Unicode), checked without recursion so that any depth is safe."""
+    if not isinstance(name, str) or not _encodable(name):
+        return "the tool name must be valid text"
+    if not isinstance(arguments, dict):
+        return "the arguments must be a JSON object"
+    stack: list[tuple[Any, int]] = [(arguments, 0)]
+    chars = 0
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_ARGUMENT_DEPTH:
+            return f"the arguments are nested deeper than {MAX_ARGUMENT_DEPTH} levels"
+        if isinstance(value, str):
+            chars += len(value)
+            if not _encodable(value):
+                return "the arguments contain text that is not valid Unicode (a lone surrogate)"
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str) or not _encodable(key):
+                    return "the arguments' keys must be valid text"
+                chars += len(key)
+                stack.append((item, depth + 1))
+        elif isinstance(value, (list, tuple)):
+            stack += [(item, depth + 1) for item in value]
+        elif value is not None and not isinstance(value, (bool, int, float)):
+            return f"the arguments must be JSON values, not {type(value).__name__}"
+        if chars > MAX_ARGUMENT_CHARS:
+            return f"the arguments are longer than {MAX_ARGUMENT_CHARS} characters"
+    return None
+
+
+def valid_text(text: str) -> str:
+    """``text`` with lone surrogates (which no tokenizer emits, and UTF-8 cannot encode) replaced by U+FFFD."""
+    if _encodable(text):
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _content_text(action: Any) -> str:
+    """The text of an action's content, whatever type the content has."""
+    content = action.get("content") if isinstance(action, Mapping) else action
+    if isinstance(content, str):
+        return valid_text(content)
+    if isinstance(content, (list, tuple)):
+        parts = (p.get("text") for p in content if isinstance(p, Mapping))
+        return valid_text("".join(p for p in parts if isinstance(p, str)))
+    return ""
+
+
 def _assistant_message(action: Any, calls: list[ToolCall]) -> Message:
     if isinstance(action, str):
-        return {"role": "assistant", "content": action, "source": "policy"}
+        return {"role": "assistant", "content": valid_text(action), "source": "policy"}
     if isinstance(action, Mapping):
-        content = action.get("content") or ""
-        if not isinstance(content, str):
-            content = "".join(p.get("text", "") for p in content if isinstance(p, Mapping))
+        content = _content_text(action)
         message: Message = {"role": "assistant", "content": content, "source": "policy"}
-        if action.get("tool_calls"):
+        if calls and action.get("tool_calls") is not None:
             message["tool_calls"] = [
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _arguments_text(c)}}
                 for c in calls
