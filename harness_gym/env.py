@@ -9,6 +9,7 @@ grader gives the reward.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import json
@@ -348,10 +349,8 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         tool = self.tool_interface.tools.get(call.name)
         arguments = call.arguments
         if tool is not None and call.format == "xml":
-            try:
+            with contextlib.suppress(RecursionError):  # a parameter nested too deep to decode stays text
                 arguments = coerce_arguments(call.arguments, tool.parameters)
-            except RecursionError:
-                pass  # a parameter nested too deep to decode stays text
             if _argument_problem(call.name, arguments) is not None:
                 arguments = call.arguments
         tool, error = self.tool_interface.resolve(call.name, arguments)
