@@ -65,7 +65,7 @@ def test_fake_cgroup2_gets_memory_pids_and_cpu_limits(tmp_path, monkeypatch):
     root = _fake_cgroup2(tmp_path / "cg", "cpu memory pids", "cpu memory pids")
     monkeypatch.setattr(isolation, "CGROUP_ROOT", root)
     monkeypatch.setattr(isolation, "_v2_base_cache", {})
-    with BubblewrapSandbox(memory_mb=256, max_processes=64, cpus=0.5, strict_limits=True) as box:
+    with BubblewrapSandbox(memory_mb=256, max_processes=64, cpus=0.5) as box:
         box.start(box.new_workspace(), "/workspace")
         (group,) = box._cgroups
         assert group.parent == root
@@ -76,6 +76,7 @@ def test_fake_cgroup2_gets_memory_pids_and_cpu_limits(tmp_path, monkeypatch):
         assert (group / "cgroup.procs").read_text().strip() == str(box._proc.pid)
         assert box.limits.enforced["memory"].startswith("cgroup v2 memory.max=")
         assert box.limits.enforced["cpu"] == "cgroup v2 cpu.max=50000 100000"
+        assert "processes" in box.limits.enforced and "memory" not in box.limits.not_enforced
 
 
 def test_fake_cgroup2_without_delegated_controllers(tmp_path, monkeypatch):
@@ -103,7 +104,7 @@ def _run(script: str, env: dict[str, str] | None = None) -> subprocess.Popen[str
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]), **(env or {})},
     )
 
 
