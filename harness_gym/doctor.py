@@ -79,13 +79,11 @@ def _state_folder() -> Check:
 
 def _leftovers() -> Check:
     def run() -> Check:
-        folder = isolation.state_dir() / "owners"
-        dead = []
-        for entry in folder.glob("*.log") if folder.is_dir() else []:
-            pid, _, start = entry.stem.partition("-")
-            if pid.isdigit() and not isolation.owner_alive(int(pid), int(start) if start.isdigit() else None):
-                if any(isolation.read_registry(entry.read_text("utf-8", "surrogateescape")).values()):
-                    dead.append(pid)
+        dead = [
+            entry.stem.partition("-")[0]
+            for entry in isolation.dead_owner_logs()
+            if any(isolation.read_registry(entry.read_text("utf-8", "surrogateescape")).values())
+        ]
         if dead:
             return Check("leftovers", WARN, f"dead processes {dead} left resources; `harness-gym doctor --clean`")
         return Check("leftovers", OK, "none")
@@ -148,7 +146,9 @@ def _disk(workers: int) -> Check:
         free_mb = stats.f_bavail * stats.f_frsize >> 20
         need_mb = workers * DEFAULTS.workspace_size_mb
         status = OK if free_mb >= need_mb else FAIL if free_mb < workers * 64 else WARN
-        return Check("disk", status, f"{free_mb} MiB free in {folder}; {workers} workspaces may use up to {need_mb} MiB")
+        return Check(
+            "disk", status, f"{free_mb} MiB free in {folder}; {workers} workspaces may use up to {need_mb} MiB"
+        )
 
     return _guard("disk", run)
 

@@ -242,11 +242,8 @@ def reclaim_dead_owners() -> list[str]:
     """Clean up everything registered by harness-gym processes that are no longer running.
     Returns a line per resource reclaimed."""
     done: list[str] = []
-    folder = state_dir() / "owners"
-    for entry in sorted(folder.glob("*.log")) if folder.is_dir() else []:
-        pid, _, start = entry.stem.partition("-")
-        if not pid.isdigit() or owner_alive(int(pid), int(start) if start.isdigit() else None):
-            continue
+    for entry in dead_owner_logs():
+        pid = entry.stem.partition("-")[0]
         try:
             handle = os.open(entry, os.O_RDWR)
         except FileNotFoundError:
@@ -263,6 +260,17 @@ def reclaim_dead_owners() -> list[str]:
         finally:
             os.close(handle)
     return done
+
+
+def dead_owner_logs() -> list[Path]:
+    """Registry logs of harness-gym processes that are no longer running."""
+    folder = state_dir() / "owners"
+    dead = []
+    for entry in sorted(folder.glob("*.log")) if folder.is_dir() else []:
+        pid, _, start = entry.stem.partition("-")
+        if pid.isdigit() and not owner_alive(int(pid), int(start) if start.isdigit() else None):
+            dead.append(entry)
+    return dead
 
 
 def reclaim(items: Mapping[str, list[str]]) -> list[str]:
