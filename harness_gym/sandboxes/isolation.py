@@ -306,6 +306,19 @@ def sandbox_process_id(pid: int) -> str:
     return f"{pid}:{process_start_time(pid)}"
 
 
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when its parent dies (``PR_SET_PDEATHSIG``): an
+    initializer for process-pool workers, so that a ``kill -9`` of the parent leaves no worker."""
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 # ----------------------------------------------------------------------------- uid leases
 
 
