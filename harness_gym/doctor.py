@@ -37,7 +37,7 @@ def run_checks(workers: int = 1, docker: bool | None = None, clean: bool = False
         checks.append(_clean())
     checks += [_state_folder(), _leftovers(), _bubblewrap()]
     checks += _sandbox_and_limits()
-    checks += [_disk(workers), _memory(workers), _processes(workers)]
+    checks += [_disk(workers), _memory(workers), _processes(workers), _worlds()]
     if docker is not False:
         checks.append(_docker(required=bool(docker)))
     return checks
@@ -178,6 +178,24 @@ def _processes(workers: int) -> Check:
         return Check("processes", status, f"kernel.pid_max {pid_max}; {workers} sandboxes may start up to {need}")
 
     return _guard("processes", run)
+
+
+def _worlds() -> Check:
+    """Root filesystems (``harness-gym worlds``) built on this machine; a suite naming an unbuilt one cannot run."""
+
+    def run() -> Check:
+        try:
+            from harness_gym.worlds import list_worlds  # type: ignore[import-not-found,unused-ignore]
+        except ImportError:
+            return Check("worlds", OK, "this version has no worlds (tasks run on the host's folders)")
+        rows = list_worlds()
+        missing = [r["name"] for r in rows if not r["built"]]
+        built = [r["name"] for r in rows if r["built"]]
+        if missing:
+            return Check("worlds", WARN, f"built: {built or 'none'}; not built: {missing} (`harness-gym worlds build`)")
+        return Check("worlds", OK, f"built: {built or 'none'}")
+
+    return _guard("worlds", run)
 
 
 def _docker(required: bool) -> Check:
