@@ -188,7 +188,10 @@ def _worlds() -> Check:
             from harness_gym.worlds import list_worlds  # type: ignore[import-not-found,unused-ignore]
         except ImportError:
             return Check("worlds", OK, "this version has no worlds (tasks run on the host's folders)")
-        rows = list_worlds()
+        try:
+            rows = list_worlds()
+        except Exception as exc:  # a broken world definition stops only the suites that use it
+            return Check("worlds", WARN, f"cannot list worlds: {type(exc).__name__}: {exc}")
         missing = [r["name"] for r in rows if not r["built"]]
         built = [r["name"] for r in rows if r["built"]]
         if missing:
