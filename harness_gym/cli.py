@@ -295,6 +295,15 @@ def _cmd_worlds(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from harness_gym import doctor
+
+    docker = {"auto": None, "require": True, "skip": False}[args.docker]
+    checks = doctor.run_checks(workers=args.workers, docker=docker, clean=args.clean)
+    print(json.dumps(doctor.as_records(checks)) if args.json else doctor.table(checks))
+    return 1 if doctor.failed(checks) else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="harness-gym", description="The agent harness as an experimental variable.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -402,6 +411,13 @@ def build_parser() -> argparse.ArgumentParser:
     worlds.add_argument("names", nargs="*", help="shipped world names (host, python, clawgym) or world YAML files")
     worlds.add_argument("--force", action="store_true", help="build: rebuild even if built")
     worlds.set_defaults(func=_cmd_worlds)
+
+    doctor = sub.add_parser("doctor", help="check that this machine can sandbox episodes, and which limits hold")
+    doctor.add_argument("--workers", type=int, default=1, help="sandboxes that will run at once (disk, memory)")
+    doctor.add_argument("--clean", action="store_true", help="first reclaim what killed harness-gym processes left")
+    doctor.add_argument("--docker", choices=["auto", "require", "skip"], default="auto")
+    doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
+    doctor.set_defaults(func=_cmd_doctor)
     return parser
 
 

@@ -9,7 +9,9 @@ grader gives the reward.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import dataclasses
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -26,12 +28,13 @@ from harness_gym.factors.tool_interface import ToolInterface, resample_names
 from harness_gym.factors.workflow import Workflow
 from harness_gym.hooks import CallRecord, EpisodeState, HookRunner, classify
 from harness_gym.sandboxes.base import Sandbox, SandboxError, SandboxFactory, choose_backend, create_sandbox
+from harness_gym.sandboxes.options import SandboxOptions
 from harness_gym.space import BASE_CONFIG, HarnessConfig
 from harness_gym.spaces import AssistantActionSpace, chat_observation_space
-from harness_gym.spec import compile_config, load_spec, resolve_spec, spec_hash, validate_spec
+from harness_gym.spec import BUDGET_DEFAULTS, compile_config, load_spec, resolve_spec, spec_hash, validate_spec
 from harness_gym.summarizers import Summarizer
 from harness_gym.tasks import GradeResult, Task, load_tasks
-from harness_gym.tool_calls import ActionError, ToolCall, coerce_arguments, parse_action
+from harness_gym.tool_calls import ActionError, ParsedAction, ToolCall, coerce_arguments, parse_action
 from harness_gym.tools import LIBRARY_PREFIX, ToolContext, run_tool
 from harness_gym.worlds import HOST, World, docker_image, load_world
 
@@ -91,13 +94,10 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         self.tasks = load_tasks(tasks)
         self._tasks_by_id = {t.id: t for t in self.tasks}
         budget = self.harness_spec["budget"]
-        options = {
-            "command_timeout_s": budget.get("command_timeout_s", 60.0),
-            "output_limit_chars": budget.get("output_limit_chars", 30_000),
-        }
-        options.update(sandbox_options or {})
+        spec_defaults = {k: budget[k] for k in ("command_timeout_s", "output_limit_chars") if k in budget}
         self._sandbox_request = sandbox
-        self._sandbox_options = options
+        # validated here, so a bad option fails at construction and not at the first reset
+        self._sandbox_options = SandboxOptions.from_mapping(sandbox_options, **spec_defaults)
         self._worlds: dict[str, World] = {}
         for task in self.tasks:  # fail at construction, not mid-run, when a task cannot be placed
             self._worlds[task.id] = self._world_for(task, choose_backend(sandbox, task.image), world)
@@ -172,13 +172,15 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         self._episode_started = time.monotonic()
         info = self._base_info()
         info["tool_names"] = {t.canonical: t.name for t in self.tool_interface.tools.values()}
+        limits = getattr(self.sandbox, "limits", None)  # which limits hold on this host, and which do not
+        info["sandbox_limits"] = limits.as_dict() if hasattr(limits, "as_dict") else None
         return self._observation(), info
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         if self.done or self.task is None or self.sandbox is None:
             raise RuntimeError("the episode is over (or was never started); call reset() before step()")
         started = time.perf_counter()
-        parsed = parse_action(action, self.harness_spec.get("tool_call_format", "auto"), id_prefix=f"call_{self.steps}")
+        parsed = _parse_safely(action, self.harness_spec.get("tool_call_format", "auto"), f"call_{self.steps}")
         self.steps += 1
         assistant = _assistant_message(action, parsed.calls)
         responses: list[Message] = []
@@ -210,7 +212,11 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             record.feedback.append(note)
             responses.append({"role": "user", "content": note, "source": "workflow"})
         else:
-            for call in parsed.calls:
+            budget = self.harness_spec["budget"]
+            max_calls = int(budget.get("max_tool_calls_per_step", BUDGET_DEFAULTS["max_tool_calls_per_step"]))
+            step_limit_s = float(budget.get("step_time_limit_s", BUDGET_DEFAULTS["step_time_limit_s"]))
+            step_deadline = time.monotonic() + step_limit_s
+            for index, call in enumerate(parsed.calls):
                 if terminated:
                     responses.append(
                         _tool_message(
@@ -221,7 +227,20 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
                 if call.error:
                     responses.append(_tool_message(call, f"Error: {call.error}", "tool"))
                     continue
-                answer, source, finished, seconds = self._run_call(call, record, info, hook_messages)
+                remaining_s = step_deadline - time.monotonic()
+                skipped = (
+                    f"Not executed: at most {max_calls} tool calls run per message."
+                    if index >= max_calls
+                    else f"Not executed: this message's time budget of {step_limit_s:g} s is used up."
+                    if remaining_s <= 0
+                    else None
+                )
+                if skipped is not None:
+                    info["tool_errors"].append(skipped)
+                    responses.append(_tool_message(call, skipped, "tool"))
+                    continue
+                ceiling_s = min(self._sandbox_options.command_timeout_s, remaining_s)
+                answer, source, finished, seconds = self._run_call(call, record, info, hook_messages, ceiling_s)
                 sandbox_s += seconds
                 terminated = terminated or finished
                 responses.append(_tool_message(call, answer, source))
@@ -310,17 +329,18 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         """The sandbox for this task's backend, image and world, created on first use and then reused."""
         backend = choose_backend(self._sandbox_request, task.image)
         world = self._worlds[task.id]
-        options = dict(self._sandbox_options)
-        image = task.image or options.pop("image", None)  # the task's own image wins
-        options.pop("image", None)
+        image = task.image or self._sandbox_options.image  # the task's own image wins
+        system_root = None
         if backend == "docker" and task.image is None and not world.is_host:
-            image = docker_image(world, options.get("docker_host"))  # the same files as under bubblewrap
+            image = docker_image(world, self._sandbox_options.docker_host)  # the same files as under bubblewrap
         elif backend == "bubblewrap":
-            options["system_root"] = world.root()
+            root = world.root()
+            system_root = str(root) if root is not None else None
         name = backend if isinstance(backend, str) else "custom"
         key = (name, image if backend == "docker" else None, world.digest if backend == "bubblewrap" else None)
         if key not in self._sandboxes:
-            self._sandboxes[key] = create_sandbox(backend, key[1], **options)
+            options = dataclasses.replace(self._sandbox_options, image=None, system_root=system_root)
+            self._sandboxes[key] = create_sandbox(backend, key[1], **options.explicit())
         return self._sandboxes[key]
 
     @staticmethod
@@ -351,16 +371,18 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         return self.tasks[int(self.np_random.integers(len(self.tasks)))]
 
     def _run_call(
-        self, call: ToolCall, record: TurnRecord, info: dict[str, Any], hook_messages: list[Message]
+        self, call: ToolCall, record: TurnRecord, info: dict[str, Any], hook_messages: list[Message], ceiling_s: float
     ) -> tuple[str, str, bool, float]:
-        """Resolve, validate and run one call; let hooks react. Returns answer, source, finished, seconds."""
+        """Resolve, validate and run one call (no command longer than ``ceiling_s``); let hooks react.
+        Returns answer, source, finished, seconds."""
         assert self.sandbox is not None and self.task is not None
         tool = self.tool_interface.tools.get(call.name)
-        arguments = (
-            coerce_arguments(call.arguments, tool.parameters)
-            if tool is not None and call.format == "xml"
-            else call.arguments
-        )
+        arguments = call.arguments
+        if tool is not None and call.format == "xml":
+            with contextlib.suppress(RecursionError):  # a parameter nested too deep to decode stays text
+                arguments = coerce_arguments(call.arguments, tool.parameters)
+            if _argument_problem(call.name, arguments) is not None:
+                arguments = call.arguments
         tool, error = self.tool_interface.resolve(call.name, arguments)
         if tool is None:
             info["tool_errors"].append(error)
@@ -375,12 +397,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             if blocking:
                 info["hooks_fired"] += [f.hook for f in blocking]
                 return "\n".join(f.message for f in blocking), "hook", False, 0.0
-        context = ToolContext(
-            self.sandbox,
-            self.task.mount_path,
-            float(self.harness_spec["budget"].get("command_timeout_s", 60)),
-            tool.name,
-        )
+        context = ToolContext(self.sandbox, self.task.mount_path, ceiling_s, tool.name)
         result = run_tool(tool.implementation, arguments, context)
         info["exit_codes"].append(result.exit_code)
         if result.ran_command:
@@ -484,15 +501,99 @@ def _copy_message(message: Message) -> Message:
     return out
 
 
+MAX_ARGUMENT_DEPTH = 64
+MAX_ARGUMENT_CHARS = 1_000_000
+
+
+def _parse_safely(action: Any, fmt: str, id_prefix: str) -> ParsedAction:
+    """Parse a model's action; whatever its shape, the result is calls or errors, never an exception
+    (only an action that is neither text nor a message mapping is the caller's error)."""
+    if not isinstance(action, (str, Mapping)):
+        raise ActionError(f"an action must be a string or an assistant message mapping, got {type(action).__name__}")
+    if isinstance(action, str):
+        action = valid_text(action)
+    try:
+        parsed = parse_action(action, fmt, id_prefix=id_prefix)
+    except Exception as exc:  # e.g. RecursionError on JSON nested 100k deep
+        error = f"the message could not be read ({type(exc).__name__}); nothing was executed"
+        return ParsedAction(_content_text(action), [ToolCall(f"{id_prefix}_0", "", {}, fmt, "", error)])
+    parsed.text = valid_text(parsed.text)
+    for call in parsed.calls:
+        call.id, call.raw = valid_text(str(call.id)), valid_text(str(call.raw))
+        if not call.error:
+            call.error = _argument_problem(call.name, call.arguments)
+        if call.error:
+            call.arguments = {}
+        if not isinstance(call.name, str) or not _encodable(call.name):
+            call.name = ""
+    return parsed
+
+
+def _argument_problem(name: Any, arguments: Any) -> str | None:
+    """Why a call's name or arguments cannot be run (not JSON-shaped, too deep, too big, not valid
+    Unicode), checked without recursion so that any depth is safe."""
+    if not isinstance(name, str) or not _encodable(name):
+        return "the tool name must be valid text"
+    if not isinstance(arguments, dict):
+        return "the arguments must be a JSON object"
+    stack: list[tuple[Any, int]] = [(arguments, 0)]
+    chars = 0
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_ARGUMENT_DEPTH:
+            return f"the arguments are nested deeper than {MAX_ARGUMENT_DEPTH} levels"
+        if isinstance(value, str):
+            chars += len(value)
+            if not _encodable(value):
+                return "the arguments contain text that is not valid Unicode (a lone surrogate)"
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str) or not _encodable(key):
+                    return "the arguments' keys must be valid text"
+                chars += len(key)
+                stack.append((item, depth + 1))
+        elif isinstance(value, (list, tuple)):
+            stack += [(item, depth + 1) for item in value]
+        elif value is not None and not isinstance(value, (bool, int, float)):
+            return f"the arguments must be JSON values, not {type(value).__name__}"
+        if chars > MAX_ARGUMENT_CHARS:
+            return f"the arguments are longer than {MAX_ARGUMENT_CHARS} characters"
+    return None
+
+
+def valid_text(text: str) -> str:
+    """``text`` with lone surrogates (which no tokenizer emits, and UTF-8 cannot encode) replaced by U+FFFD."""
+    if _encodable(text):
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _content_text(action: Any) -> str:
+    """The text of an action's content, whatever type the content has."""
+    content = action.get("content") if isinstance(action, Mapping) else action
+    if isinstance(content, str):
+        return valid_text(content)
+    if isinstance(content, (list, tuple)):
+        parts = (p.get("text") for p in content if isinstance(p, Mapping))
+        return valid_text("".join(p for p in parts if isinstance(p, str)))
+    return ""
+
+
 def _assistant_message(action: Any, calls: list[ToolCall]) -> Message:
     if isinstance(action, str):
-        return {"role": "assistant", "content": action, "source": "policy"}
+        return {"role": "assistant", "content": valid_text(action), "source": "policy"}
     if isinstance(action, Mapping):
-        content = action.get("content") or ""
-        if not isinstance(content, str):
-            content = "".join(p.get("text", "") for p in content if isinstance(p, Mapping))
+        content = _content_text(action)
         message: Message = {"role": "assistant", "content": content, "source": "policy"}
-        if action.get("tool_calls"):
+        if calls and action.get("tool_calls") is not None:
             message["tool_calls"] = [
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _arguments_text(c)}}
                 for c in calls

@@ -11,6 +11,7 @@ import copy
 import functools
 import hashlib
 import json
+import math
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -35,6 +36,12 @@ def spec_schema() -> dict[str, Any]:
     return json.loads(text)
 
 
+def _budget_defaults() -> dict[str, Any]:
+    """Defaults of the optional budget fields, from the schema's ``default`` keywords (their one home)."""
+    fields = spec_schema()["properties"]["budget"]["properties"]
+    return {name: field["default"] for name, field in fields.items() if "default" in field}
+
+
 @functools.cache
 def _validator() -> jsonschema.protocols.Validator:
     schema = spec_schema()
@@ -44,13 +51,29 @@ def _validator() -> jsonschema.protocols.Validator:
 
 
 def validate_spec(spec: Mapping[str, Any]) -> None:
-    """Raise :class:`SpecError` listing every schema violation with its JSON path."""
+    """Raise :class:`SpecError` listing every schema violation with its JSON path (and every NaN or
+    infinite number, which JSON Schema's ``number`` lets through)."""
     errors = sorted(_validator().iter_errors(spec), key=lambda e: list(e.absolute_path))
-    if errors:
-        lines = [f"  at {e.json_path}: {e.message}" for e in errors[:10]]
+    lines = [f"  at {e.json_path}: {e.message}" for e in errors[:10]]
+    lines += [f"  at {path}: {value!r} is not a finite number" for path, value in non_finite_numbers(spec)]
+    if lines:
         more = f"\n  ... and {len(errors) - 10} more" if len(errors) > 10 else ""
         name = spec.get("name", "<unnamed>") if isinstance(spec, Mapping) else "<not a mapping>"
         raise SpecError(f"invalid harness spec {name!r}:\n" + "\n".join(lines) + more)
+
+
+BUDGET_DEFAULTS: dict[str, Any] = _budget_defaults()
+
+
+def non_finite_numbers(value: Any, path: str = "$") -> list[tuple[str, float]]:
+    """Every NaN or infinite float in a nested structure, with its JSON path (YAML reads ``.nan``/``.inf``)."""
+    if isinstance(value, float):
+        return [] if math.isfinite(value) else [(path, value)]
+    if isinstance(value, Mapping):
+        return [hit for key, item in value.items() for hit in non_finite_numbers(item, f"{path}.{key}")]
+    if isinstance(value, (list, tuple)):
+        return [hit for i, item in enumerate(value) for hit in non_finite_numbers(item, f"{path}[{i}]")]
+    return []
 
 
 def spec_hash(spec: Mapping[str, Any]) -> str:

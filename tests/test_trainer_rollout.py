@@ -7,6 +7,8 @@ import asyncio
 import importlib.util
 import itertools
 import json
+import os
+import socket
 import threading
 from pathlib import Path
 
@@ -223,7 +225,9 @@ def test_rollout_log_and_extra_logs_are_numeric(tokenizer, turns, task, tmp_path
     out = run(executor, label, ScriptedEngine(tokenizer, replies, stop_id(turns)), tokenizer)
     assert all(isinstance(v, float) for v in out["extra_logs"].values())
     assert out["extra_logs"]["harness_index"] == float(int("22200", 3))
-    record = json.loads(log.read_text())
+    (actor_log,) = tmp_path.glob("rollouts.*.jsonl")  # this actor's own log, merged by trainers.metrics
+    assert actor_log.name == f"rollouts.{socket.gethostname()}-{os.getpid()}.jsonl" and not log.exists()
+    record = json.loads(actor_log.read_text())
     assert record["step"] == 7 and record["slot"] == 1 and record["passed"] is True
     assert record["harness"] == "S2T2O2C0W0" and record["policy_tokens"] > 0
 

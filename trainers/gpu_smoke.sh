@@ -4,7 +4,7 @@
 #   MODEL=/path/to/Qwen2.5-0.5B-Instruct bash trainers/gpu_smoke.sh
 #
 # Needs a CUDA machine with `pip install -e ".[train]" "openrlhf[vllm]==0.11.2"` and bubblewrap.
-# It starts a local Ray head, trains 2 steps of the Harness Scaling GRPO recipe shrunk to one GPU
+# It starts a local Ray head (unless one runs), trains 2 steps of the Harness Scaling GRPO recipe shrunk to one GPU
 # (2 tasks x 2 rollouts per step, 4K tokens), then checks that the executor logged rollouts and
 # prints the training metrics. Everything goes to ${OUT:-runs/gpu-smoke}.
 set -euo pipefail
@@ -12,9 +12,13 @@ cd "$(dirname "$0")/.."
 : "${MODEL:?set MODEL to a local chat model folder (or a hub id the machine can download)}"
 OUT="${OUT:-runs/gpu-smoke}"
 rm -rf "$OUT"
-ray stop --force >/dev/null 2>&1 || true
-ray start --head --num-gpus=1 --disable-usage-stats >/dev/null
-trap 'ray stop --force >/dev/null 2>&1 || true' EXIT
+# a cluster that is already running is used and left running; only one started here is stopped
+if ray status >/dev/null 2>&1; then
+  echo "using the Ray cluster already running on this node (it is not stopped afterwards)"
+else
+  ray start --head --num-gpus=1 --disable-usage-stats >/dev/null
+  trap 'ray stop --force >/dev/null 2>&1 || true' EXIT
+fi
 
 python -m trainers.launch harness-scaling-grpo --output-dir "$OUT" \
   --set model="$MODEL" \
@@ -30,6 +34,6 @@ python -m trainers.launch harness-scaling-grpo --output-dir "$OUT" \
   --set openrlhf.data.max_len=4096 --set openrlhf.rollout.max_new_tokens=256 \
   --set openrlhf.eval.steps=-1 --set openrlhf.ckpt.save_steps=-1
 
-test -s "$OUT/rollouts.jsonl" || { echo "smoke test failed: no rollouts were logged" >&2; exit 1; }
+ls "$OUT"/rollouts.*.jsonl >/dev/null 2>&1 || { echo "smoke test failed: no rollouts were logged" >&2; exit 1; }
 python -m trainers.metrics "$OUT/rollouts.jsonl" --out "$OUT/metrics.json"
-echo "GPU smoke test passed: $(wc -l < "$OUT/rollouts.jsonl") rollouts, metrics in $OUT/metrics.json"
+echo "GPU smoke test passed: $(cat "$OUT"/rollouts.*.jsonl | wc -l) rollouts, metrics in $OUT/metrics.json"

@@ -234,6 +234,78 @@ def write_datasets(launch: LaunchPlan) -> None:
         write_dataset(build(launch.recipe["eval_dataset"]), launch.eval_dataset_path, launch.recipe["eval_dataset"])
 
 
+def check_nodes(
+    output_dir: Path, workers: int = 1, runtime_env: Mapping[str, Any] | None = None
+) -> dict[str, list[dict[str, str]]]:
+    """Run ``harness-gym doctor`` on every alive node of the connected Ray cluster (a task pinned to
+    each node), plus a check that ``output_dir`` is the same folder there (shared storage): a probe
+    file written here must be readable on every node. Returns the checks per node."""
+    import secrets
+
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    output_dir.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_hex(8)
+    probe = output_dir / f".harness-gym-shared-{token}"
+    probe.write_text(token)
+    remote = ray.remote(num_cpus=0, max_retries=0)(_node_checks)
+    try:
+        refs = {
+            node["NodeManagerAddress"] + "/" + node["NodeID"][:8]: remote.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
+                runtime_env=dict(runtime_env or {}),
+            ).remote(str(probe), token, workers)
+            for node in ray.nodes()
+            if node["Alive"]
+        }
+        return dict(zip(refs, ray.get(list(refs.values()), timeout=900), strict=True))
+    finally:
+        probe.unlink(missing_ok=True)
+
+
+def _node_checks(probe: str, token: str, workers: int) -> list[dict[str, str]]:
+    """On one node: the doctor's checks and whether the output folder is shared with the driver."""
+    from harness_gym import doctor
+
+    checks = doctor.as_records(doctor.run_checks(workers=workers, docker=False))
+    try:
+        shared = Path(probe).read_text() == token
+    except OSError:
+        shared = False
+    detail = f"{Path(probe).parent} {'is' if shared else 'is NOT'} the driver's folder (must be on shared storage)"
+    checks.append({"name": "output folder shared", "status": doctor.OK if shared else doctor.FAIL, "detail": detail})
+    return checks
+
+
+def refuse_unready(results: Mapping[str, Sequence[Mapping[str, str]]]) -> None:
+    """Raise :class:`RecipeError` naming every node and check that would break training."""
+    problems = [
+        f"{node}: {check['name']}: {check['detail']}"
+        for node, checks in results.items()
+        for check in checks
+        if check["status"] == "fail"
+    ]
+    if problems:
+        raise RecipeError("nodes that cannot run sandboxed episodes:\n  " + "\n  ".join(problems))
+
+
+def preflight(launch: LaunchPlan) -> None:
+    """Doctor every node of the cluster the job goes to; refuse to start where a node cannot sandbox."""
+    import ray
+
+    # `ray job submit` takes the dashboard (http://...); the driver here joins the cluster of this node
+    ray.init(address="auto" if launch.address.startswith("http") else launch.address, log_to_driver=False)
+    try:
+        workers = int((launch.recipe.get("executor") or {}).get("env_workers") or 1)
+        results = check_nodes(launch.output_dir, workers)
+    finally:
+        ray.shutdown()
+    for node, checks in results.items():
+        print(f"# doctor {node}: " + ", ".join(f"{c['name']}={c['status']}" for c in checks), flush=True)
+    refuse_unready(results)
+
+
 def render(command: Sequence[str]) -> str:
     return " ".join(shlex.quote(word) for word in command)
 
@@ -246,6 +318,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output-dir", type=Path, help="override the recipe's output_dir")
     parser.add_argument(
         "--skip-flag-check", action="store_true", help="do not check flags against OpenRLHF (not installed here)"
+    )
+    parser.add_argument(
+        "--skip-doctor", action="store_true", help="do not run `harness-gym doctor` on every Ray node first"
     )
     args = parser.parse_args(argv)
     try:
@@ -262,6 +337,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"# recipe {recipe['recipe']} ({recipe['kind']}, {recipe['algorithm']}): checked")
         print("\n".join(launch.shell_lines()))
         return 0
+    if not args.skip_doctor:
+        try:
+            preflight(launch)
+        except RecipeError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 3
     write_datasets(launch)
     print(render(launch.command()), flush=True)
     return subprocess.call(launch.command())

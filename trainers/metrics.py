@@ -86,17 +86,26 @@ def plot(metrics: Mapping[str, Any], path: str | Path) -> None:
     plt.close(figure)
 
 
+def rollout_files(rollout_log: Path) -> list[Path]:
+    """The log itself (older runs) and every actor's log beside it (``rollouts.<host>-<pid>.jsonl``)."""
+    own = [rollout_log] if rollout_log.is_file() else []
+    return own + sorted(rollout_log.parent.glob(f"{rollout_log.stem}.*{rollout_log.suffix}"))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainers.metrics", description=__doc__.split("\n\n")[0])
-    parser.add_argument("rollouts", type=Path, help="the executor's rollout log (JSON lines)")
+    parser.add_argument(
+        "rollouts", type=Path, help="the recipe's rollout log (JSON lines); per-actor logs beside it are merged"
+    )
     parser.add_argument("--out", type=Path, help="write the metrics as JSON here")
     parser.add_argument("--plot", type=Path, help="write a PNG of the per-step rates here")
     parser.add_argument("--threshold", type=float, default=1.0, help="reward that counts as a pass")
     args = parser.parse_args(argv)
-    if not args.rollouts.is_file():
-        print(f"error: {args.rollouts} does not exist", file=sys.stderr)
+    files = rollout_files(args.rollouts)
+    if not files:
+        print(f"error: neither {args.rollouts} nor per-actor logs beside it exist", file=sys.stderr)
         return 2
-    metrics = training_metrics(load_records(args.rollouts), args.threshold)
+    metrics = training_metrics([r for path in files for r in load_records(path)], args.threshold)
     overall = metrics["overall"]
     if overall["rollouts"]:
         print(

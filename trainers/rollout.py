@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import os
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -201,6 +202,14 @@ class Segment:
             self.log_probs += log_probs if (policy and log_probs is not None) else [0.0] * len(ids)
 
 
+def actor_log_path(rollout_log: Path) -> Path:
+    """This actor's own rollout log beside ``rollout_log`` (``rollouts.<host>-<pid>.jsonl``): actors
+    on several nodes never append to one file over shared storage; ``trainers.metrics`` merges them."""
+    import socket
+
+    return rollout_log.with_name(f"{rollout_log.stem}.{socket.gethostname()}-{os.getpid()}{rollout_log.suffix}")
+
+
 class HarnessAgentExecutor(AgentExecutorBase):
     """OpenRLHF's ``AgentExecutor`` for harness_gym (see the module doc)."""
 
@@ -209,8 +218,9 @@ class HarnessAgentExecutor(AgentExecutorBase):
         self.pool = ThreadPoolExecutor(max_workers=self.settings.env_workers, thread_name_prefix="harness-env")
         self.log: ResultsFile | None = None
         if self.settings.rollout_log:  # one JSON line per finished episode, for the training metrics
-            Path(self.settings.rollout_log).parent.mkdir(parents=True, exist_ok=True)
-            self.log = ResultsFile(Path(self.settings.rollout_log))
+            path = actor_log_path(Path(self.settings.rollout_log))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self.log = ResultsFile(path)
         self._turns: dict[tuple[str, str, int], ChatTurns] = {}
 
     def turns_for(self, tokenizer: Any) -> ChatTurns:
@@ -310,7 +320,9 @@ class HarnessAgentExecutor(AgentExecutorBase):
         }
 
     @staticmethod
-    def _first_segment(tokens: list[int], want_logprobs: bool, max_length: int, instance: HarnessAgentInstance) -> Segment:
+    def _first_segment(
+        tokens: list[int], want_logprobs: bool, max_length: int, instance: HarnessAgentInstance
+    ) -> Segment:
         if len(tokens) >= max_length:
             request = instance.request
             raise RolloutError(

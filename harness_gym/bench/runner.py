@@ -22,6 +22,7 @@ from typing import Any
 
 from harness_gym.design import TRAINING_SET, heldout_set
 from harness_gym.presets import OUT_OF_SPACE, PRESETS
+from harness_gym.sandboxes.isolation import die_with_parent
 from harness_gym.space import BASE_CONFIG, HarnessConfig, all_configs
 from harness_gym.tasks import Task, load_tasks
 
@@ -332,8 +333,11 @@ class BenchRunner:
         if self.executor == "ray":
             yield from self._execute_ray(work, todo)
             return
-        pool_type = ThreadPoolExecutor if self.executor == "thread" else ProcessPoolExecutor
-        with pool_type(max_workers=self.workers) as pool:
+        if self.executor == "thread":
+            pool: ThreadPoolExecutor | ProcessPoolExecutor = ThreadPoolExecutor(max_workers=self.workers)
+        else:  # workers die with this process, even on kill -9
+            pool = ProcessPoolExecutor(max_workers=self.workers, initializer=die_with_parent)
+        with pool:
             pending: set[Future[dict[str, Any]]] = set()
             queue = list(todo)
             while queue or pending:

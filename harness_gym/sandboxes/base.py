@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import inspect
 import os
 import shutil
 import stat
@@ -109,14 +108,19 @@ def choose_backend(requested: str | SandboxFactory | None, image: str | None) ->
 
 
 def create_sandbox(backend: str | SandboxFactory, image: str | None = None, **options: Any) -> Sandbox:
-    """A new sandbox of a backend (by name, or a factory you pass)."""
+    """A new sandbox of a backend (by name, or a factory you pass). ``options`` are validated as
+    :class:`~harness_gym.sandboxes.options.SandboxOptions`: unknown keys, bad values and options the
+    backend would ignore are refused."""
+    from harness_gym.sandboxes.options import SandboxOptions
+
+    typed = SandboxOptions.from_mapping(options)
     if callable(backend):
         return backend()
-    if image:
-        options = dict(options, image=image)
     constructor = _BACKENDS[backend]
-    accepted = inspect.signature(constructor).parameters
-    return constructor(**{k: v for k, v in options.items() if k in accepted})
+    arguments = typed.for_backend(constructor, backend)
+    if image or typed.image:
+        arguments["image"] = image or typed.image
+    return constructor(**arguments)
 
 
 @functools.cache
@@ -131,9 +135,12 @@ def tool_scripts_dir() -> Path:
     files = sorted(p for p in source.glob("*.py"))
     for path in files:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    target = Path(tempfile.gettempdir()) / f"harness-gym-tools-{digest.hexdigest()[:16]}"
+    from harness_gym.sandboxes.isolation import shared_temp_dir  # a folder a sandbox uid can reach
+
+    parent = shared_temp_dir()
+    target = parent / f"harness-gym-tools-{digest.hexdigest()[:16]}"
     if not target.is_dir():
-        staging = Path(tempfile.mkdtemp(prefix="harness-gym-tools-staging-"))
+        staging = Path(tempfile.mkdtemp(prefix="harness-gym-tools-staging-", dir=parent))
         for path in files:
             shutil.copy2(path, staging / path.name)
             os.chmod(staging / path.name, 0o644)

@@ -9,11 +9,12 @@ survives a timeout, a reset or ``close()``.
 
 from __future__ import annotations
 
+import itertools
 import os
 import posixpath
 import shutil
 import subprocess
-import tempfile
+import warnings
 import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -30,6 +31,7 @@ from harness_gym.sandboxes.base import (
     register_backend,
     tool_scripts_dir,
 )
+from harness_gym.sandboxes.options import DEFAULTS
 from harness_gym.sandboxes.shell import ShellSandbox, kill_process_group, run_oneshot
 
 # Host folders made visible read-only inside the sandbox (only those that exist).
@@ -39,6 +41,11 @@ PRIVATE_TMPFS: tuple[str, ...] = ("/tmp", "/root", "/home", "/run", "/var/tmp")
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _RESERVED = ("/usr", "/bin", "/sbin", "/lib", "/etc", "/proc", "/dev", "/sys", HARNESS_DIR)
 _uid_cursor = 0
+_group_names = itertools.count()
+
+
+class SandboxLimitWarning(UserWarning):
+    """A sandbox limit that was asked for cannot be enforced on this host."""
 
 
 def bubblewrap_available() -> bool:
@@ -77,6 +84,9 @@ class BubblewrapSandbox(ShellSandbox):
         output_limit_chars: output beyond this is elided from the middle.
         memory_mb: address-space limit per process, and the memory cgroup limit where available.
         max_processes: processes per sandbox (RLIMIT_NPROC on a dedicated uid; pids cgroup).
+        cpus: CPU quota in cores (cgroup ``cpu``), None for no quota.
+        strict_limits: refuse to start when a limit cannot be enforced on this host (otherwise the
+            sandbox warns once and reports it in :attr:`limits`).
         max_file_mb, max_open_files, cpu_time_s: RLIMIT_FSIZE, RLIMIT_NOFILE, RLIMIT_CPU.
         workspace_size_mb: size of the tmpfs workspace (as root); tmp_size_mb: size of /tmp and home.
         extra_ro_binds: more host folders to show read-only, ``{host_path: sandbox_path}``.
@@ -90,15 +100,17 @@ class BubblewrapSandbox(ShellSandbox):
     def __init__(
         self,
         *,
-        command_timeout_s: float = 60.0,
-        output_limit_chars: int = 30_000,
-        memory_mb: int = 4096,
-        max_processes: int = 512,
-        max_file_mb: int = 1024,
-        max_open_files: int = 1024,
-        cpu_time_s: int = 3600,
-        workspace_size_mb: int = 1024,
-        tmp_size_mb: int = 512,
+        command_timeout_s: float = DEFAULTS.command_timeout_s,
+        output_limit_chars: int = DEFAULTS.output_limit_chars,
+        memory_mb: int = DEFAULTS.memory_mb,
+        max_processes: int = DEFAULTS.max_processes,
+        max_file_mb: int = DEFAULTS.max_file_mb,
+        max_open_files: int = DEFAULTS.max_open_files,
+        cpu_time_s: int = DEFAULTS.cpu_time_s,
+        workspace_size_mb: int = DEFAULTS.workspace_size_mb,
+        tmp_size_mb: int = DEFAULTS.tmp_size_mb,
+        cpus: float | None = None,
+        strict_limits: bool = False,
         python: str = "/usr/bin/python3",
         extra_ro_binds: Mapping[str, str] | None = None,
         workspace_root: str | Path | None = None,
@@ -112,6 +124,11 @@ class BubblewrapSandbox(ShellSandbox):
         self.cpu_time_s = cpu_time_s
         self.workspace_size_mb = workspace_size_mb
         self.tmp_size_mb = tmp_size_mb
+        self.cpus = cpus
+        self.strict_limits = strict_limits
+        self.limits = isolation.LimitReport()
+        self._workspace_is_tmpfs = False
+        self._warned: set[str] = set()
         self.python = python
         self.extra_ro_binds = dict(extra_ro_binds or {})
         self.workspace_root = workspace_root
@@ -124,7 +141,7 @@ class BubblewrapSandbox(ShellSandbox):
         self._lease: isolation.UidLease | None = None
         self._cgroups: list[Path] = []
         # what to clean up if the sandbox is garbage-collected or the interpreter exits unclosed
-        self._state: dict[str, object] = {}
+        self._state: dict[str, object] = {"owner_pid": os.getpid()}
         weakref.finalize(self, _finalize, self._state)
 
     # ------------------------------------------------------------------ lifecycle
@@ -132,7 +149,7 @@ class BubblewrapSandbox(ShellSandbox):
     def new_workspace(self) -> Path:
         """A fresh, empty host folder for the next episode (a size-limited tmpfs where possible)."""
         self._release_workspace()
-        self.workspace, _ = isolation.new_workspace(self.workspace_size_mb, self.workspace_root)
+        self.workspace, self._workspace_is_tmpfs = isolation.new_workspace(self.workspace_size_mb, self.workspace_root)
         self._sync_state()
         return self.workspace
 
@@ -147,25 +164,71 @@ class BubblewrapSandbox(ShellSandbox):
             self._release_workspace()
         self.workspace = workspace
         self._mount_path = check_mount_path(mount_path)
-        self._open_control()
+        self._control = isolation.private_folder("harness-gym-ctl-")
         if isolation.is_root():
             global _uid_cursor
             self._lease = isolation.UidLease.acquire(_uid_cursor)
             _uid_cursor += 1
+            isolation.registry().add("uid", self._lease.uid)
             for folder in (self.workspace, self._control):
                 isolation.chown_tree(folder, self._lease.uid, self._lease.uid)
             name = f"{self._lease.uid}"
-            memory = isolation.make_cgroup("memory", name, {"memory.limit_in_bytes": str(self.memory_mb << 20)})
-            pids = isolation.make_cgroup("pids", name, {"pids.max": str(self.max_processes)})
-            self._cgroups = [g for g in (memory, pids) if g is not None]
+        else:
+            name = f"{os.getpid()}-{next(_group_names)}"
+        request = isolation.CgroupRequest(memory_mb=self.memory_mb, max_processes=self.max_processes, cpus=self.cpus)
+        cgroups = isolation.make_sandbox_cgroups(name, request)
+        self._cgroups = cgroups.groups
+        for group in self._cgroups:
+            isolation.registry().add("cgroup", group)
+        if self._lease is not None:
             self._lease.record(
                 workspace=str(self.workspace),
                 control=str(self._control),
-                cgroup_memory=str(memory) if memory else None,
-                cgroup_pids=str(pids) if pids else None,
+                cgroup=" ".join(map(str, self._cgroups)) or None,
             )
+        self.limits = self._limit_report(cgroups.report)
+        self._sync_state()
+        if self.limits.not_enforced:
+            if self.strict_limits:
+                self._stop()
+                raise SandboxError(
+                    f"strict_limits: these limits cannot be enforced on this host: {self.limits.summary()}"
+                )
+            if self.limits.summary() not in self._warned:
+                self._warned.add(self.limits.summary())
+                warnings.warn(
+                    f"sandbox limits not enforced: {self.limits.summary()}", SandboxLimitWarning, stacklevel=2
+                )
         self._sync_state()
         self._start_shell()
+
+    def _limit_report(self, cgroups: isolation.LimitReport) -> isolation.LimitReport:
+        """The cgroup report completed with what the rlimits, the uid and the workspace give."""
+        report = isolation.LimitReport(dict(cgroups.enforced), {})
+        report.enforced["memory_per_process"] = f"RLIMIT_AS {self.memory_mb} MiB"
+        report.enforced.update(
+            file_size=f"RLIMIT_FSIZE {self.max_file_mb} MiB",
+            open_files=f"RLIMIT_NOFILE {self.max_open_files}",
+            cpu_time=f"RLIMIT_CPU {self.cpu_time_s} s",
+            tmp_size=f"tmpfs {self.tmp_size_mb} MiB",
+        )
+        if self._lease is not None:
+            nproc = f"RLIMIT_NPROC {self.max_processes} on dedicated uid {self._lease.uid}"
+            report.enforced["processes"] = "; ".join(x for x in (cgroups.enforced.get("processes"), nproc) if x)
+        elif "processes" in cgroups.not_enforced:
+            report.not_enforced["processes"] = (
+                "not root, so no dedicated uid for RLIMIT_NPROC, and " + cgroups.not_enforced["processes"]
+            )
+        for name in ("memory", "cpu"):
+            if name in cgroups.not_enforced:
+                report.not_enforced[name] = cgroups.not_enforced[name]
+        if self._workspace_is_tmpfs:
+            report.enforced["workspace_size"] = f"tmpfs {self.workspace_size_mb} MiB"
+        else:
+            report.not_enforced["workspace_size"] = (
+                "the workspace is a plain folder (a size-limited tmpfs needs root); only RLIMIT_FSIZE per file holds"
+            )
+        return report
 
     @property
     def uid(self) -> int | None:
@@ -188,7 +251,7 @@ class BubblewrapSandbox(ShellSandbox):
         if self.workspace is None:
             raise SandboxError("sandbox is not started")
         self._kill_all()
-        with tempfile.TemporaryDirectory(prefix="harness-gym-grader-") as copy:
+        with isolation.grader_folder() as copy:
             copy_grader_files(grader_files, Path(copy))
             if self._lease is not None:
                 isolation.chown_tree(Path(copy), self._lease.uid, self._lease.uid)
@@ -230,15 +293,15 @@ class BubblewrapSandbox(ShellSandbox):
 
     def _launcher(self) -> list[str]:
         """Join the cgroups and drop to the sandbox uid before exec'ing bwrap (race-free)."""
-        if self._lease is None:
+        if self._lease is None and not self._cgroups:
             return []
         joins = " && ".join(f'echo $$ > "{g}/cgroup.procs"' for g in self._cgroups) or "true"
+        join = ["/bin/sh", "-c", f'{joins} && exec "$@"', "sh"]
+        if self._lease is None:
+            return join
         uid = str(self._lease.uid)
         return [
-            "/bin/sh",
-            "-c",
-            f'{joins} && exec "$@"',
-            "sh",
+            *join,
             "setpriv",
             "--reuid",
             uid,
@@ -303,10 +366,14 @@ class BubblewrapSandbox(ShellSandbox):
         self._kill_all()
         for group in self._cgroups:
             isolation.remove_cgroup(group)
+            isolation.registry().discard("cgroup", group)
         self._cgroups = []
         if self._lease is not None:
             self._lease.release()  # the pid namespace and cgroups are gone: nothing of this uid runs
+            isolation.registry().discard("uid", self._lease.uid)
             self._lease = None
+        if self._control is not None:
+            isolation.registry().discard("dir", self._control)
         self._close_control()
         self._sync_state()
 
@@ -327,15 +394,22 @@ class BubblewrapSandbox(ShellSandbox):
 
 
 def _finalize(state: dict) -> None:  # type: ignore[type-arg]
-    """Clean up as close() would, from the recorded state (the sandbox object is gone)."""
+    """Clean up as close() would, from the recorded state (the sandbox object is gone).
+    Only in the process that made the sandbox: a forked child must not destroy its parent's."""
+    if state.get("owner_pid") != os.getpid():
+        return
     if state.get("proc") is not None:
         kill_process_group(state["proc"])
     for group in state.get("cgroups") or []:
         isolation.remove_cgroup(group)
+        isolation.registry().discard("cgroup", group)
     lease = state.get("lease")
     if lease is not None:
         isolation.kill_uid(lease.uid)
         lease.release()
+        isolation.registry().discard("uid", lease.uid)
+    if state.get("control") is not None:
+        isolation.registry().discard("dir", state["control"])
     for key in ("control", "workspace"):
         if state.get(key) is not None:
             isolation.release_workspace(Path(state[key]))

@@ -15,12 +15,12 @@ import os
 import shutil
 import socket
 import subprocess
-import tempfile
 import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness_gym.sandboxes import isolation
 from harness_gym.sandboxes.base import (
     CONTROL_DIR,
     GRADER_DIR,
@@ -29,10 +29,10 @@ from harness_gym.sandboxes.base import (
     SandboxError,
     copy_grader_files,
     register_backend,
-    remove_tree,
     tool_scripts_dir,
 )
 from harness_gym.sandboxes.bubblewrap import check_mount_path
+from harness_gym.sandboxes.options import DEFAULTS
 from harness_gym.sandboxes.shell import ShellSandbox, elide, kill_process_group
 
 LABEL = "harness-gym"
@@ -100,10 +100,10 @@ class DockerSandbox(ShellSandbox):
         self,
         image: str | None = None,
         *,
-        command_timeout_s: float = 60.0,
-        output_limit_chars: int = 30_000,
-        memory_mb: int = 4096,
-        max_processes: int = 512,
+        command_timeout_s: float = DEFAULTS.command_timeout_s,
+        output_limit_chars: int = DEFAULTS.output_limit_chars,
+        memory_mb: int = DEFAULTS.memory_mb,
+        max_processes: int = DEFAULTS.max_processes,
         cpus: float | None = None,
         shell: str = "/bin/sh",
         python: str = "python3",
@@ -129,15 +129,19 @@ class DockerSandbox(ShellSandbox):
         remove_orphaned_containers(self.client)
         self.container: Any = None
         self.workspace: Path | None = None
+        self.limits = isolation.LimitReport(
+            {"memory": f"docker --memory {memory_mb}m", "processes": f"docker --pids-limit {max_processes}"}
+            | ({"cpu": f"docker --cpus {cpus:g}"} if cpus else {})
+        )
         self._mount_path = ""
-        self._state: dict[str, Any] = {}
+        self._state: dict[str, Any] = {"owner_pid": os.getpid()}
         weakref.finalize(self, _finalize, self._state)
 
     # ------------------------------------------------------------------ lifecycle
 
     def new_workspace(self) -> Path:
         self._release_workspace()
-        self.workspace = Path(tempfile.mkdtemp(prefix="harness-gym-ws-", dir=self.workspace_root))
+        self.workspace, _ = isolation.new_workspace(None, self.workspace_root)
         self._state["workspace"] = self.workspace
         return self.workspace
 
@@ -149,6 +153,7 @@ class DockerSandbox(ShellSandbox):
         self._state["workspace"] = self.workspace
         self._mount_path = check_mount_path(mount_path)
         self._open_control()
+        isolation.registry().add("dir", self._control)
         self._state["control"] = self._control
         self.container = self._run_container(KEEPALIVE, extra_volumes={})
         self._state["container"] = self.container
@@ -174,7 +179,7 @@ class DockerSandbox(ShellSandbox):
         if self.workspace is None:
             raise SandboxError("sandbox is not started")
         self._stop()
-        with tempfile.TemporaryDirectory(prefix="harness-gym-grader-") as copy:
+        with isolation.grader_folder() as copy:
             copy_grader_files(grader_files, Path(copy))
             started = time.perf_counter()
             # one stream: the reward line must stay last (docker's separate streams reorder)
@@ -258,24 +263,28 @@ class DockerSandbox(ShellSandbox):
                 self.container.remove(force=True)
             self.container = None
         self._state["container"] = None
+        if self._control is not None:
+            isolation.registry().discard("dir", self._control)
         self._close_control()
         self._state["control"] = None
 
     def _release_workspace(self) -> None:
         if self.workspace is not None:
-            remove_tree(self.workspace)
+            isolation.release_workspace(self.workspace)
             self.workspace = None
         self._state["workspace"] = None
 
 
 def _finalize(state: dict[str, Any]) -> None:
+    if state.get("owner_pid") != os.getpid():
+        return  # a forked child must not remove its parent's container and workspace
     container = state.get("container")
     if container is not None:
         with contextlib.suppress(Exception):
             container.remove(force=True)
     for key in ("control", "workspace"):
         if state.get(key) is not None:
-            remove_tree(Path(state[key]))
+            isolation.release_workspace(Path(state[key]))
 
 
 register_backend("docker", DockerSandbox)

@@ -1,49 +1,341 @@
-"""Host-side isolation helpers for local sandboxes: a dedicated host uid per sandbox, cgroup
-limits, and size-limited workspaces. Each degrades gracefully where the host does not allow it
-(not root, read-only cgroups, no mount permission); :func:`capabilities` says what is in force.
+"""Host-side isolation helpers for local sandboxes: a dedicated host uid per sandbox (as root),
+cgroup limits (v1 controllers or a delegated v2 subtree), size-limited workspaces, host-wide
+leases and a registry of what each process owns so that the next start reclaims what a killed one
+left behind. Each degrades where the host does not allow it, and :class:`LimitReport` says which
+limits hold and which do not (never silently).
 
 Why a dedicated uid: RLIMIT_NPROC never binds root, and it counts processes per user. Running each
 sandbox as its own unprivileged host uid (it still appears as root inside its user namespace)
 makes the process limit real and per sandbox.
+
+Why a fixed state folder: uids and cgroups are host-wide, so their locks must be too; a lock under
+``$TMPDIR`` (which Slurm sets per job) would let two jobs lease the same uid.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import errno
 import fcntl
 import functools
 import json
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
-from dataclasses import dataclass
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 UID_BASE = 231_072  # above typical system and subordinate-id ranges
 UID_COUNT = 4096
-LOCK_DIR = Path(tempfile.gettempdir()) / "harness-gym-locks"
-CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_PREFIX = "harness-gym-"
+STATE_DIR_VARIABLE = "HARNESS_GYM_STATE_DIR"  # override of the host-wide state folder
+CGROUP_ROOT_VARIABLE = "HARNESS_GYM_CGROUP_ROOT"  # where the cgroup filesystem is mounted
+CGROUP_VARIABLE = "HARNESS_GYM_CGROUP"  # a delegated v2 cgroup to create sandbox groups under
+CGROUP_ROOT = Path(os.environ.get(CGROUP_ROOT_VARIABLE, "/sys/fs/cgroup"))
+CPU_PERIOD_US = 100_000
 
 
 def is_root() -> bool:
     return os.geteuid() == 0
 
 
+# ----------------------------------------------------------------------------- host-wide state
+
+
+def state_dir() -> Path:
+    """The host-wide folder for leases and the ownership registry; independent of ``TMPDIR``.
+
+    Root uses ``/run/harness-gym`` (else ``/dev/shm/harness-gym``); another user a private
+    ``/dev/shm/harness-gym-<uid>`` (else ``/tmp/...``): fixed paths every process of the host agrees on.
+    """
+    override = os.environ.get(STATE_DIR_VARIABLE)
+    candidates = [Path(override)] if override else []
+    if is_root():
+        candidates += [Path("/run/harness-gym"), Path("/dev/shm/harness-gym"), Path("/tmp/harness-gym-0")]
+    else:
+        candidates += [Path(f"/dev/shm/harness-gym-{os.geteuid()}"), Path(f"/tmp/harness-gym-{os.geteuid()}")]
+    for path in candidates:
+        with contextlib.suppress(OSError):
+            return _private_dir(path)
+    raise RuntimeError(f"no usable host-wide state folder among {[str(p) for p in candidates]}")
+
+
+def _private_dir(path: Path) -> Path:
+    """Create ``path`` (0700) or accept an existing one only if it is ours and not a symbolic link
+    (another user could otherwise plant it in a world-writable /dev/shm)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        raise PermissionError(f"{path} is not a private folder of this user")
+    return path
+
+
+def shared_temp_dir() -> Path:
+    """Where workspaces, control folders and tool scripts go: the temp folder, unless (as root) a
+    sandbox uid could not reach into it (a per-job ``TMPDIR`` under a private folder); then
+    ``/var/tmp/harness-gym`` (0711: others may traverse it, not list it)."""
+    temp = Path(tempfile.gettempdir())
+    if not is_root() or _traversable(temp):
+        return temp
+    path = Path("/var/tmp/harness-gym")
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o711, parents=True)
+    info = os.lstat(path)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != 0 or info.st_mode & 0o022:
+        raise PermissionError(f"{path} is not a folder of root's that others cannot write")
+    os.chmod(path, 0o711)
+    return path
+
+
+def _traversable(path: Path) -> bool:
+    """Every folder from / to ``path`` lets others search it."""
+    current = path.resolve()
+    for folder in (current, *current.parents):
+        try:
+            if not os.stat(folder).st_mode & stat.S_IXOTH:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+def lock_dir() -> Path:
+    path = state_dir() / "uids"
+    path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+# ----------------------------------------------------------------------------- ownership registry
+
+
+def process_start_time(pid: int) -> int | None:
+    """A process's start time in clock ticks since boot (with the pid, an identity that survives pid reuse)."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    try:
+        return int(raw[raw.rindex(")") + 2 :].split()[19])
+    except (ValueError, IndexError):
+        return None
+
+
+def owner_alive(pid: int, start_time: int | None) -> bool:
+    return process_start_time(pid) == start_time and start_time is not None
+
+
+class Registry:
+    """What this process created on the host (workspaces, control and grader folders, cgroups, sandbox
+    processes, uids), in ``<state>/owners/<pid>-<start>.log``: an append-only log of ``+kind value``
+    and ``-kind value`` lines (one ``write`` each; compacted when it grows), so that a ``kill -9``
+    leaves an exact list that :func:`reclaim_dead_owners` cleans up at the next start."""
+
+    KINDS = ("dir", "cgroup", "process", "uid", "container")
+    COMPACT_BYTES = 1 << 16
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.start_time = process_start_time(self.pid)
+        folder = state_dir() / "owners"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        self.path = folder / f"{self.pid}-{self.start_time}.log"
+        self._items: dict[str, list[str]] = {kind: [] for kind in self.KINDS}
+        self._lock = threading.Lock()
+        self._handle: int | None = None
+        self._size = 0
+
+    def add(self, kind: str, value: str | int) -> None:
+        with self._lock:
+            self._items[kind].append(str(value))
+            self._append(f"+{kind} {value}\n")
+
+    def discard(self, kind: str, value: str | int) -> None:
+        with self._lock:
+            if str(value) not in self._items[kind]:
+                return
+            self._items[kind].remove(str(value))
+            self._append(f"-{kind} {value}\n")
+
+    def _append(self, line: str) -> None:
+        if self._handle is not None and self._size > self.COMPACT_BYTES:  # rewrite the live entries (rare)
+            content = "".join(f"+{k} {v}\n" for k, values in self._items.items() for v in values)
+            staging = self.path.with_suffix(".compact")
+            staging.write_bytes(content.encode("utf-8", "surrogateescape"))
+            staging.replace(self.path)
+            os.close(self._handle)
+            self._handle = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            self._size = len(content)
+            return
+        if self._handle is None:
+            self._handle = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        data = line.encode("utf-8", "surrogateescape")
+        os.write(self._handle, data)
+        self._size += len(data)
+
+    def close(self) -> None:
+        """At a clean exit: drop the log if nothing is left to reclaim."""
+        with self._lock:
+            if self.pid == os.getpid() and not any(self._items.values()):
+                with contextlib.suppress(OSError):
+                    self.path.unlink()
+
+
+def read_registry(text: str) -> dict[str, list[str]]:
+    """Replay a registry log into the live entries (a torn last line from a crash is ignored)."""
+    items: dict[str, list[str]] = {kind: [] for kind in Registry.KINDS}
+    for line in text.splitlines():
+        sign, kind, value = line[:1], line[1:].partition(" ")[0], line[1:].partition(" ")[2]
+        if kind not in items or not value:
+            continue
+        if sign == "+":
+            items[kind].append(value)
+        elif sign == "-" and value in items[kind]:
+            items[kind].remove(value)
+    return items
+
+
+_registry: Registry | None = None
+_registry_lock = threading.Lock()
+
+
+def registry() -> Registry:
+    """This process's registry (a forked child gets its own: it never cleans up the parent's things)."""
+    global _registry
+    with _registry_lock:
+        if _registry is None or _registry.pid != os.getpid():
+            _registry = Registry()
+            atexit.register(_registry.close)
+            _reclaim_once()
+        return _registry
+
+
+@contextlib.contextmanager
+def owned(kind: str, value: str | int) -> Iterator[None]:
+    """Register a resource for the duration of a block."""
+    registry().add(kind, value)
+    try:
+        yield
+    finally:
+        registry().discard(kind, value)
+
+
+_reclaimed_in: int | None = None
+
+
+def _reclaim_once() -> None:
+    global _reclaimed_in
+    if _reclaimed_in != os.getpid():
+        _reclaimed_in = os.getpid()
+        with contextlib.suppress(Exception):  # recovery must never stop a start
+            reclaim_dead_owners()
+
+
+def reclaim_dead_owners() -> list[str]:
+    """Clean up everything registered by harness-gym processes that are no longer running.
+    Returns a line per resource reclaimed."""
+    done: list[str] = []
+    for entry in dead_owner_logs():
+        pid = entry.stem.partition("-")[0]
+        try:
+            handle = os.open(entry, os.O_RDWR)
+        except FileNotFoundError:
+            continue
+        try:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another process is reclaiming it
+            except BlockingIOError:
+                continue
+            items = read_registry(entry.read_text("utf-8", "surrogateescape"))
+            done += [f"{line} (owner pid {pid})" for line in reclaim(items)]
+            with contextlib.suppress(FileNotFoundError):
+                entry.unlink()
+        finally:
+            os.close(handle)
+    return done
+
+
+def dead_owner_logs() -> list[Path]:
+    """Registry logs of harness-gym processes that are no longer running."""
+    folder = state_dir() / "owners"
+    dead = []
+    for entry in sorted(folder.glob("*.log")) if folder.is_dir() else []:
+        pid, _, start = entry.stem.partition("-")
+        if pid.isdigit() and not owner_alive(int(pid), int(start) if start.isdigit() else None):
+            dead.append(entry)
+    return dead
+
+
+def reclaim(items: Mapping[str, list[str]]) -> list[str]:
+    """Kill, remove and unmount the recorded resources of a dead owner."""
+    done = []
+    for value in items.get("process", []):
+        pid, _, start = value.partition(":")
+        if pid.isdigit() and owner_alive(int(pid), int(start) if start.isdigit() else None):
+            with contextlib.suppress(OSError):
+                os.killpg(int(pid), 9)
+            with contextlib.suppress(OSError):
+                os.kill(int(pid), 9)
+            done.append(f"killed sandbox process {pid}")
+    for uid in items.get("uid", []):
+        kill_uid(int(uid))
+    for group in items.get("cgroup", []):
+        if Path(group).exists():
+            remove_cgroup(Path(group))
+            done.append(f"removed cgroup {group}")
+    for folder in items.get("dir", []):
+        if Path(folder).exists() or os.path.ismount(folder):
+            release_workspace(Path(folder))
+            done.append(f"removed {folder}")
+    for name in items.get("container", []):
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            result = subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=30)
+            if result.returncode == 0:
+                done.append(f"removed container {name}")
+    return done
+
+
+def sandbox_process_id(pid: int) -> str:
+    return f"{pid}:{process_start_time(pid)}"
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when its parent dies (``PR_SET_PDEATHSIG``): an
+    initializer for process-pool workers, so that a ``kill -9`` of the parent leaves no worker."""
+    import ctypes
+    import signal
+
+    parent = os.getppid()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+# ----------------------------------------------------------------------------- uid leases
+
+
 @dataclass
 class UidLease:
-    """Exclusive use of one host uid, held by an flock for the sandbox's lifetime (across processes)."""
+    """Exclusive use of one host uid, held by an flock in the host-wide state folder for the
+    sandbox's lifetime (across processes, whatever their ``TMPDIR``)."""
 
     uid: int
     handle: int
 
     @classmethod
     def acquire(cls, start: int = 0) -> UidLease:
-        LOCK_DIR.mkdir(mode=0o700, exist_ok=True)
+        folder = lock_dir()
         for offset in range(UID_COUNT):
             uid = UID_BASE + (start + offset) % UID_COUNT
-            handle = os.open(LOCK_DIR / f"{uid}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            handle = os.open(folder / f"{uid}.lock", os.O_RDWR | os.O_CREAT, 0o600)
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -68,7 +360,7 @@ class UidLease:
         if not any(data.values()):
             return  # released cleanly
         kill_uid(self.uid)
-        for key in ("cgroup_memory", "cgroup_pids"):
+        for key in ("cgroup_memory", "cgroup_pids", "cgroup_cpu", "cgroup"):
             if data.get(key):
                 remove_cgroup(Path(data[key]))
         for key in ("workspace", "control"):
@@ -88,40 +380,269 @@ def kill_uid(uid: int) -> None:
         subprocess.run(["pkill", "-KILL", "-U", str(uid)], capture_output=True, timeout=10)
 
 
-# ----------------------------------------------------------------------------- cgroups (v1)
+# ----------------------------------------------------------------------------- cgroups
+
+
+@dataclass
+class LimitReport:
+    """Which of a sandbox's limits hold and how, and which do not and why (``info["sandbox_limits"]``)."""
+
+    enforced: dict[str, str] = field(default_factory=dict)
+    not_enforced: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, dict[str, str]]:
+        return {"enforced": dict(self.enforced), "not_enforced": dict(self.not_enforced)}
+
+    def summary(self) -> str:
+        return "; ".join(f"{name}: {why}" for name, why in self.not_enforced.items())
+
+
+@dataclass(frozen=True)
+class CgroupRequest:
+    """The cgroup-backed limits a sandbox asks for (None: not asked)."""
+
+    memory_mb: int | None = None
+    max_processes: int | None = None
+    cpus: float | None = None
+
+
+# controller -> (limit name, v1 files, v2 files) for one request
+def _v1_files(request: CgroupRequest) -> dict[str, tuple[str, dict[str, str]]]:
+    files: dict[str, tuple[str, dict[str, str]]] = {}
+    if request.memory_mb is not None:
+        files["memory"] = ("memory", {"memory.limit_in_bytes": str(request.memory_mb << 20)})
+    if request.max_processes is not None:
+        files["pids"] = ("processes", {"pids.max": str(request.max_processes)})
+    if request.cpus is not None:
+        files["cpu"] = (
+            "cpu",
+            {"cpu.cfs_period_us": str(CPU_PERIOD_US), "cpu.cfs_quota_us": str(int(request.cpus * CPU_PERIOD_US))},
+        )
+    return files
+
+
+def _v2_files(request: CgroupRequest) -> dict[str, tuple[str, dict[str, str]]]:
+    files: dict[str, tuple[str, dict[str, str]]] = {}
+    if request.memory_mb is not None:
+        files["memory"] = ("memory", {"memory.max": str(request.memory_mb << 20)})
+    if request.max_processes is not None:
+        files["pids"] = ("processes", {"pids.max": str(request.max_processes)})
+    if request.cpus is not None:
+        files["cpu"] = ("cpu", {"cpu.max": f"{int(request.cpus * CPU_PERIOD_US)} {CPU_PERIOD_US}"})
+    return files
+
+
+def cgroup_version(root: Path | None = None) -> int:
+    """2 on a unified (v2-only) host, 1 on a v1 or hybrid host (controllers bound to v1), 0 without cgroups."""
+    root = root or CGROUP_ROOT
+    if (root / "cgroup.controllers").exists():
+        return 2
+    return 1 if root.is_dir() and any((root / c).is_dir() for c in ("memory", "pids", "cpu")) else 0
+
+
+def _probe(folder: Path) -> bool:
+    probe = folder / f"{CGROUP_PREFIX}probe-{os.getpid()}-{threading.get_ident()}"
+    try:
+        probe.mkdir(exist_ok=True)
+        probe.rmdir()
+        return True
+    except OSError:
+        return False
+
+
+def _own_path(hierarchy: str) -> str | None:
+    """This process's cgroup path in a v1 controller's hierarchy ('' for v2's unified one)."""
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            number, controllers, path = line.split(":", 2)
+            if (hierarchy == "" and number == "0" and controllers == "") or (
+                hierarchy and hierarchy in controllers.split(",")
+            ):
+                return path
+    except OSError:
+        return None
+    return None
 
 
 @functools.cache
 def _own_cgroup(controller: str) -> Path | None:
     """This process's cgroup folder for a v1 controller, if we may create children there."""
     base = CGROUP_ROOT / controller
-    if not base.is_dir():
+    path = _own_path(controller)
+    if not base.is_dir() or path is None:
         return None
+    own = base / path.lstrip("/")
+    return own if _probe(own) else None
+
+
+_v2_base_lock = threading.Lock()
+_v2_base_cache: dict[tuple[Path, str, int], tuple[Path | None, str]] = {}
+
+
+def delegated_v2_base(root: Path | None = None) -> tuple[Path | None, str]:
+    """The v2 cgroup under which sandbox groups are created, with the controllers enabled for
+    children, or None and why not.
+
+    It is ``$HARNESS_GYM_CGROUP`` (a delegated cgroup, e.g. of ``systemd-run --user --scope -p
+    Delegate=yes``) or this process's own cgroup. The v2 rule "no processes in a cgroup that hands
+    controllers to children" is met by moving this process into a ``harness-gym-host`` leaf, as
+    systemd's delegation guide asks, when it is the only process there.
+    """
+    root = root or CGROUP_ROOT
+    key = (root, os.environ.get(CGROUP_VARIABLE, ""), os.getpid())
+    with _v2_base_lock:
+        if key not in _v2_base_cache:
+            _v2_base_cache[key] = _find_v2_base(root)
+        return _v2_base_cache[key]
+
+
+def _find_v2_base(root: Path) -> tuple[Path | None, str]:
+    named = os.environ.get(CGROUP_VARIABLE)
+    if named:
+        base = (
+            Path(named) if Path(named).is_absolute() and Path(named).is_relative_to(root) else root / named.lstrip("/")
+        )
+    else:
+        own = _own_path("")
+        if own is None:
+            return None, "this process has no cgroup v2 membership"
+        base = root / own.lstrip("/")
+        if base.name == f"{CGROUP_PREFIX}host":  # moved there by an earlier call (or a parent)
+            base = base.parent
+    if not _probe(base):
+        return None, (
+            f"cgroup {base} is not delegated to this user (not writable); run under "
+            f"`systemd-run --user --scope -p Delegate=yes` or set {CGROUP_VARIABLE} to a delegated cgroup"
+        )
+    return base, ""
+
+
+def _enable_controllers(base: Path, wanted: set[str]) -> set[str]:
+    """Enable ``wanted`` controllers for ``base``'s children; returns those that are enabled."""
+
+    def enabled() -> set[str]:
+        with contextlib.suppress(OSError):
+            return {c.lstrip("+") for c in (base / "cgroup.subtree_control").read_text().split()}
+        return set()
+
     try:
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
-            _, controllers, path = line.split(":", 2)
-            if controller in controllers.split(","):
-                own = base / path.lstrip("/")
-                probe = own / f"{CGROUP_PREFIX}probe-{os.getpid()}"
-                probe.mkdir(exist_ok=True)
-                probe.rmdir()
-                return own
+        available = set((base / "cgroup.controllers").read_text().split())
     except OSError:
-        return None
-    return None
+        return set()
+    missing = (wanted & available) - enabled()
+    if not missing:
+        return wanted & enabled()
+    text = " ".join(f"+{c}" for c in sorted(missing))
+    try:
+        (base / "cgroup.subtree_control").write_text(text)
+    except OSError as exc:
+        if exc.errno != errno.EBUSY:
+            return wanted & enabled()
+        # processes live in base: move ourselves into a leaf if we are the only one, then retry
+        try:
+            members = {int(p) for p in (base / "cgroup.procs").read_text().split()}
+        except (OSError, ValueError):
+            return wanted & enabled()
+        if members - {os.getpid()}:
+            return wanted & enabled()
+        with contextlib.suppress(OSError):
+            leaf = base / f"{CGROUP_PREFIX}host"
+            leaf.mkdir(exist_ok=True)
+            (leaf / "cgroup.procs").write_text(str(os.getpid()))
+            (base / "cgroup.subtree_control").write_text(text)
+    return wanted & enabled()
+
+
+@dataclass
+class SandboxCgroups:
+    """The cgroups one sandbox joins (one per v1 controller, or one v2 group) and the report."""
+
+    groups: list[Path]
+    report: LimitReport
+
+
+def make_sandbox_cgroups(name: str, request: CgroupRequest, root: Path | None = None) -> SandboxCgroups:
+    """Create the cgroups for a sandbox named ``name`` with the requested limits, where the host allows."""
+    root = root or CGROUP_ROOT
+    version = cgroup_version(root)
+    report = LimitReport()
+    groups: list[Path] = []
+    if version == 2:
+        files = _v2_files(request)
+        base, why = delegated_v2_base(root)
+        if base is None:
+            report.not_enforced.update({limit: why for limit, _ in files.values()})
+            return SandboxCgroups(groups, report)
+        enabled = _enable_controllers(base, set(files))
+        group = base / f"{CGROUP_PREFIX}{name}"
+        try:
+            group.mkdir(exist_ok=True)
+        except OSError as exc:
+            report.not_enforced.update({limit: f"cannot create {group}: {exc.strerror}" for limit, _ in files.values()})
+            return SandboxCgroups(groups, report)
+        groups.append(group)
+        for controller, (limit, values) in files.items():
+            if controller not in enabled:
+                report.not_enforced[limit] = (
+                    f"the {controller} controller is not available in cgroup v2 {base} "
+                    f"(available: {_read(base / 'cgroup.controllers') or 'none'})"
+                )
+                continue
+            if _write_all(group, values):
+                report.enforced[limit] = "cgroup v2 " + ", ".join(f"{k}={v}" for k, v in values.items())
+                if controller == "memory":
+                    with contextlib.suppress(OSError):
+                        (group / "memory.swap.max").write_text("0")
+            else:
+                report.not_enforced[limit] = f"cannot write the {controller} limit in {group}"
+        return SandboxCgroups(groups, report)
+    for controller, (limit, values) in _v1_files(request).items():
+        own = _own_cgroup(controller) if version == 1 else None
+        if own is None:
+            report.not_enforced[limit] = f"no writable cgroup v1 {controller} controller on this host"
+            continue
+        group = own / f"{CGROUP_PREFIX}{name}"
+        try:
+            group.mkdir(exist_ok=True)
+        except OSError as exc:
+            report.not_enforced[limit] = f"cannot create {group}: {exc.strerror}"
+            continue
+        if _write_all(group, values):
+            groups.append(group)
+            report.enforced[limit] = "cgroup v1 " + ", ".join(f"{k}={v}" for k, v in values.items())
+        else:
+            remove_cgroup(group)
+            report.not_enforced[limit] = f"cannot write the {controller} limit in {group}"
+    return SandboxCgroups(groups, report)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def _write_all(group: Path, values: Mapping[str, str]) -> bool:
+    try:
+        for key, value in values.items():
+            (group / key).write_text(value)
+    except OSError:
+        return False
+    return True
 
 
 def make_cgroup(controller: str, name: str, limits: dict[str, str]) -> Path | None:
-    """Create ``<own cgroup>/harness-gym-<name>`` with the given limit files, or None if not allowed."""
+    """Create ``<own v1 cgroup>/harness-gym-<name>`` with the given limit files, or None if not allowed."""
     own = _own_cgroup(controller)
     if own is None:
         return None
     group = own / f"{CGROUP_PREFIX}{name}"
     try:
         group.mkdir(exist_ok=True)
-        for key, value in limits.items():
-            (group / key).write_text(value)
     except OSError:
+        return None
+    if not _write_all(group, limits):
         remove_cgroup(group)
         return None
     return group
@@ -129,11 +650,13 @@ def make_cgroup(controller: str, name: str, limits: dict[str, str]) -> Path | No
 
 def remove_cgroup(group: Path) -> None:
     """Kill what is left in a cgroup and remove it."""
+    with contextlib.suppress(OSError):
+        (group / "cgroup.kill").write_text("1")  # v2: kills the whole group atomically
     procs = group / "cgroup.procs"
     for _ in range(50):
         try:
             pids = [int(p) for p in procs.read_text().split()]
-        except OSError:
+        except (OSError, ValueError):
             pids = []
         for pid in pids:
             with contextlib.suppress(OSError):
@@ -143,9 +666,9 @@ def remove_cgroup(group: Path) -> None:
             return
         except FileNotFoundError:
             return
-        except OSError:
-            import time
-
+        except OSError as exc:
+            if exc.errno != errno.EBUSY:
+                return  # not a cgroup filesystem (or not ours): nothing a retry would change
             time.sleep(0.02)
 
 
@@ -153,8 +676,10 @@ def remove_cgroup(group: Path) -> None:
 
 
 def new_workspace(size_mb: int | None, root: str | Path | None = None) -> tuple[Path, bool]:
-    """An empty folder for an episode; a size-limited tmpfs when we may mount one."""
-    path = Path(tempfile.mkdtemp(prefix="harness-gym-ws-", dir=root))
+    """An empty folder for an episode; a size-limited tmpfs when we may mount one. Registered as
+    owned by this process (the caller calls :func:`release_workspace`)."""
+    path = Path(tempfile.mkdtemp(prefix="harness-gym-ws-", dir=root or shared_temp_dir()))
+    registry().add("dir", path)
     if size_mb and is_root():
         result = subprocess.run(
             ["mount", "-t", "tmpfs", "-o", f"size={int(size_mb)}m,mode=0755", "tmpfs", str(path)], capture_output=True
@@ -164,15 +689,33 @@ def new_workspace(size_mb: int | None, root: str | Path | None = None) -> tuple[
     return path, False
 
 
+def private_folder(prefix: str) -> Path:
+    """A 0700 temporary folder owned (registered) by this process: control and grader folders."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=shared_temp_dir()))
+    registry().add("dir", path)
+    return path
+
+
+@contextlib.contextmanager
+def grader_folder() -> Iterator[str]:
+    """A private folder for grader files, registered so that a crash mid-grading leaves nothing."""
+    path = private_folder("harness-gym-grader-")
+    try:
+        yield str(path)
+    finally:
+        release_workspace(path)
+
+
 def release_workspace(path: Path) -> None:
     """Unmount (if it is a mount) and delete a workspace or control folder."""
-    if not path.exists():
-        return
     if os.path.ismount(path):
         subprocess.run(["umount", "-l", str(path)], capture_output=True)
-    from harness_gym.sandboxes.base import remove_tree
+    if path.exists():
+        from harness_gym.sandboxes.base import remove_tree
 
-    remove_tree(path)
+        remove_tree(path)
+    if _registry is not None and _registry.pid == os.getpid():
+        _registry.discard("dir", path)
 
 
 def chown_tree(path: Path, uid: int, gid: int) -> None:
@@ -184,6 +727,25 @@ def chown_tree(path: Path, uid: int, gid: int) -> None:
                 os.lchown(os.path.join(current, name), uid, gid)
 
 
+# ----------------------------------------------------------------------------- what this host allows
+
+
+@functools.cache
+def user_namespaces() -> tuple[bool, str]:
+    """Whether bubblewrap can make a user namespace here (unprivileged users need the kernel to allow it)."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return False, "bubblewrap is not installed"
+    argv = [bwrap, "--unshare-user", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--", "/bin/true"]
+    try:
+        result = subprocess.run(argv, capture_output=True, timeout=20)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return False, str(exc)
+    if result.returncode != 0:
+        return False, result.stderr.decode(errors="replace").strip() or f"bwrap exited {result.returncode}"
+    return True, ""
+
+
 @dataclass(frozen=True)
 class Capabilities:
     """What isolation this host allows."""
@@ -192,6 +754,8 @@ class Capabilities:
     cgroup_memory: bool
     cgroup_pids: bool
     tmpfs_workspace: bool
+    cgroup_version: int = 1
+    cgroup_cpu: bool = False
 
 
 @functools.cache
@@ -201,4 +765,8 @@ def capabilities() -> Capabilities:
         path, mounted = new_workspace(1)
         mountable = mounted
         release_workspace(path)
-    return Capabilities(is_root(), _own_cgroup("memory") is not None, _own_cgroup("pids") is not None, mountable)
+    probe = make_sandbox_cgroups(f"probe-{os.getpid()}", CgroupRequest(memory_mb=64, max_processes=64, cpus=1.0))
+    for group in probe.groups:
+        remove_cgroup(group)
+    held = probe.report.enforced
+    return Capabilities(is_root(), "memory" in held, "processes" in held, mountable, cgroup_version(), "cpu" in held)

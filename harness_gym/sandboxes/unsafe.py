@@ -26,6 +26,7 @@ from harness_gym.sandboxes.base import (
     remove_tree,
     tool_scripts_dir,
 )
+from harness_gym.sandboxes.options import DEFAULTS
 from harness_gym.sandboxes.shell import ShellSandbox, run_oneshot
 
 ALLOW_VARIABLE = "HARNESS_GYM_ALLOW_UNSANDBOXED"
@@ -42,8 +43,8 @@ class UnsafeHostSandbox(ShellSandbox):
         self,
         *,
         allow_unsandboxed: bool = False,
-        command_timeout_s: float = 60.0,
-        output_limit_chars: int = 30_000,
+        command_timeout_s: float = DEFAULTS.command_timeout_s,
+        output_limit_chars: int = DEFAULTS.output_limit_chars,
         python: str = "python3",
         workspace_root: str | Path | None = None,
     ) -> None:

@@ -60,6 +60,15 @@ class Task:
     hidden_paths: tuple[str, ...] = ()  # paths of ``image`` the agent must not see (hidden tests)
     world: str | None = None  # the world its sandbox runs on (harness_gym.worlds); None: the host's folders
 
+    def __post_init__(self) -> None:
+        """Refuse NaN, infinite, zero and negative durations, whichever loader made the task."""
+        for name in ("grader_timeout_s", "time_limit_s"):
+            value = getattr(self, name)
+            if value is None and name == "time_limit_s":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+                raise TaskError(f"task {self.id}: {name} must be a positive finite number of seconds, got {value!r}")
+
     def materialize(self, destination: Path) -> None:
         """Copy the starting workspace into ``destination`` (an empty folder)."""
         if self.workspace_from_image is not None and self.image is not None:

@@ -7,6 +7,7 @@ A spec's tool names an ``implementation``; this module maps it to behaviour. New
 from __future__ import annotations
 
 import json
+import math
 import re
 import shlex
 from collections.abc import Callable, Mapping
@@ -95,8 +96,27 @@ def _from_command(result: CommandResult) -> ToolResult:
     return ToolResult(output, result.exit_code, result.duration_s, result.pid, ran_command=True)
 
 
+def agent_timeout(requested: Any, unit_s: float, ceiling_s: float) -> tuple[float | None, str]:
+    """The timeout for an agent-chosen ``timeout`` argument: at most ``ceiling_s`` (the sandbox's
+    ``command_timeout_s``, or what is left of the step's time budget). Returns (seconds, note), or
+    (None, error) for a value that is not a positive finite number."""
+    if requested is None or requested == "":
+        return ceiling_s, ""
+    try:
+        seconds = float(requested) * unit_s
+    except (TypeError, ValueError, OverflowError):
+        return None, f"Error: timeout must be a number, got {str(requested)[:80]!r}."
+    if not math.isfinite(seconds) or seconds <= 0:
+        return None, f"Error: timeout must be a positive finite number, got {str(requested)[:80]!r}."
+    if seconds > ceiling_s:
+        return ceiling_s, f"[timeout capped at {ceiling_s:g} s, the limit per command]"
+    return seconds, ""
+
+
 def _bash(arguments: Mapping[str, Any], context: ToolContext, timeout_unit_s: float = 1.0) -> ToolResult:
-    timeout = float(arguments["timeout"]) * timeout_unit_s if arguments.get("timeout") else context.command_timeout_s
+    timeout, note = agent_timeout(arguments.get("timeout"), timeout_unit_s, context.command_timeout_s)
+    if timeout is None:
+        return ToolResult(note, 2)
     command = arguments["command"]
     if arguments.get("background") or arguments.get("run_in_background"):
         # detached from the shell's output; its log and pid are reported so the agent can follow up
@@ -105,7 +125,10 @@ def _bash(arguments: Mapping[str, Any], context: ToolContext, timeout_unit_s: fl
             f'__hg_log={log}; (nohup bash -c {shlex.quote(command)} > "$__hg_log" 2>&1 &) ; '
             'echo "Started in the background; output goes to $__hg_log"'
         )
-    return _from_command(context.sandbox.run(command, timeout_s=timeout))
+    result = _from_command(context.sandbox.run(command, timeout_s=timeout))
+    if note:
+        result.output = f"{result.output}\n{note}" if result.output else note
+    return result
 
 
 def _bash_ms(arguments: Mapping[str, Any], context: ToolContext) -> ToolResult:

@@ -1,0 +1,232 @@
+"""``harness-gym doctor``: can this machine run sandboxed episodes, and which limits hold here?
+
+Each check gives ``ok``, ``warn`` (runs, but something is weaker than asked) or ``fail`` (a run
+would break). The trainer's launcher runs the same checks on every Ray node before training
+(:func:`trainers.launch.check_nodes`). ``--clean`` first reclaims what killed harness-gym
+processes left behind (workspaces, control and grader folders, cgroups, containers).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from harness_gym.sandboxes import isolation
+from harness_gym.sandboxes.options import DEFAULTS
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+MIN_MEMORY_PER_WORKER_MB = 256  # below this a typical episode (python, git, a test run) does not fit
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str
+    detail: str
+
+
+def run_checks(workers: int = 1, docker: bool | None = None, clean: bool = False) -> list[Check]:
+    """Every check, for ``workers`` sandboxes at once. ``docker``: True requires an engine, None
+    reports it, False skips it."""
+    checks: list[Check] = []
+    if clean:
+        checks.append(_clean())
+    checks += [_state_folder(), _leftovers(), _bubblewrap()]
+    checks += _sandbox_and_limits()
+    checks += [_disk(workers), _memory(workers), _processes(workers), _worlds()]
+    if docker is not False:
+        checks.append(_docker(required=bool(docker)))
+    return checks
+
+
+def _guard(name: str, check: Callable[[], Check]) -> Check:
+    try:
+        return check()
+    except Exception as exc:  # a check must report, not crash the doctor
+        return Check(name, FAIL, f"{type(exc).__name__}: {exc}")
+
+
+def _clean() -> Check:
+    def run() -> Check:
+        done = isolation.reclaim_dead_owners()
+        removed = _orphaned_containers()
+        lines = done + ([f"removed {removed} orphaned container(s)"] if removed else [])
+        return Check("clean", OK, "; ".join(lines) if lines else "nothing left behind by dead processes")
+
+    return _guard("clean", run)
+
+
+def _orphaned_containers() -> int:
+    try:
+        from harness_gym.sandboxes.docker import _docker_client, remove_orphaned_containers
+
+        return remove_orphaned_containers(_docker_client(os.environ.get("DOCKER_HOST")))
+    except Exception:
+        return 0
+
+
+def _state_folder() -> Check:
+    def run() -> Check:
+        folder = isolation.state_dir()
+        return Check("host-wide state", OK, f"{folder} (leases and the ownership registry, whatever TMPDIR)")
+
+    return _guard("host-wide state", run)
+
+
+def _leftovers() -> Check:
+    def run() -> Check:
+        dead = [
+            entry.stem.partition("-")[0]
+            for entry in isolation.dead_owner_logs()
+            if any(isolation.read_registry(entry.read_text("utf-8", "surrogateescape")).values())
+        ]
+        if dead:
+            return Check("leftovers", WARN, f"dead processes {dead} left resources; `harness-gym doctor --clean`")
+        return Check("leftovers", OK, "none")
+
+    return _guard("leftovers", run)
+
+
+def _bubblewrap() -> Check:
+    def run() -> Check:
+        path = shutil.which("bwrap")
+        if path is None:
+            return Check("bubblewrap", FAIL, "bwrap is not on PATH: apt-get install bubblewrap (or use Docker)")
+        works, why = isolation.user_namespaces()
+        if not works:
+            return Check(
+                "user namespaces",
+                FAIL,
+                f"bwrap cannot create a user namespace: {why} (enable kernel.unprivileged_userns_clone / "
+                "user.max_user_namespaces, or allow bwrap in AppArmor)",
+            )
+        who = "root: a dedicated host uid per sandbox" if isolation.is_root() else f"uid {os.geteuid()}, unprivileged"
+        return Check("bubblewrap", OK, f"{path}; user namespaces work ({who})")
+
+    return _guard("bubblewrap", run)
+
+
+def _sandbox_and_limits() -> list[Check]:
+    """Start one real sandbox with the default limits: does it answer, and which limits hold?"""
+    from harness_gym.sandboxes.bubblewrap import BubblewrapSandbox
+
+    version = isolation.cgroup_version()
+    cgroups = Check("cgroups", OK, {0: "none found", 1: "v1 (or hybrid)", 2: "v2 (unified)"}[version])
+    if shutil.which("bwrap") is None:
+        return [cgroups]
+    try:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with BubblewrapSandbox(cpus=1.0) as box:
+                box.start(box.new_workspace(), "/workspace")
+                answer = box.run("echo sandbox-ok").output.strip()
+                limits = box.limits
+    except Exception as exc:
+        return [cgroups, Check("sandbox", FAIL, f"a bubblewrap sandbox does not start: {exc}")]
+    if answer != "sandbox-ok":
+        return [cgroups, Check("sandbox", FAIL, f"the sandbox answered {answer!r}")]
+    out = [cgroups, Check("sandbox", OK, "a bubblewrap sandbox starts and runs commands")]
+    for name, how in limits.enforced.items():
+        out.append(Check(f"limit: {name}", OK, how))
+    for name, why in limits.not_enforced.items():
+        out.append(Check(f"limit: {name}", WARN, f"NOT ENFORCED: {why}"))
+    return out
+
+
+def _disk(workers: int) -> Check:
+    def run() -> Check:
+        folder = isolation.shared_temp_dir()
+        stats = os.statvfs(folder)
+        free_mb = stats.f_bavail * stats.f_frsize >> 20
+        need_mb = workers * DEFAULTS.workspace_size_mb
+        status = OK if free_mb >= need_mb else FAIL if free_mb < workers * 64 else WARN
+        return Check(
+            "disk", status, f"{free_mb} MiB free in {folder}; {workers} workspaces may use up to {need_mb} MiB"
+        )
+
+    return _guard("disk", run)
+
+
+def _memory(workers: int) -> Check:
+    def run() -> Check:
+        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
+        available_mb = int(info["MemAvailable"].split()[0]) >> 10
+        floor_mb = workers * MIN_MEMORY_PER_WORKER_MB
+        ceiling_mb = workers * DEFAULTS.memory_mb
+        status = FAIL if available_mb < floor_mb else OK if available_mb >= ceiling_mb else WARN
+        return Check(
+            "memory",
+            status,
+            f"{available_mb} MiB available; {workers} sandboxes need at least {floor_mb} MiB and may use up to "
+            f"{ceiling_mb} MiB (memory_mb={DEFAULTS.memory_mb} each)",
+        )
+
+    return _guard("memory", run)
+
+
+def _processes(workers: int) -> Check:
+    def run() -> Check:
+        pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+        need = workers * DEFAULTS.max_processes
+        status = OK if need < pid_max // 2 else WARN
+        return Check("processes", status, f"kernel.pid_max {pid_max}; {workers} sandboxes may start up to {need}")
+
+    return _guard("processes", run)
+
+
+def _worlds() -> Check:
+    """Root filesystems (``harness-gym worlds``) built on this machine; a suite naming an unbuilt one cannot run."""
+
+    def run() -> Check:
+        try:
+            from harness_gym.worlds import list_worlds  # type: ignore[import-not-found,unused-ignore]
+        except ImportError:
+            return Check("worlds", OK, "this version has no worlds (tasks run on the host's folders)")
+        try:
+            rows = list_worlds()
+        except Exception as exc:  # a broken world definition stops only the suites that use it
+            return Check("worlds", WARN, f"cannot list worlds: {type(exc).__name__}: {exc}")
+        missing = [r["name"] for r in rows if not r["built"]]
+        built = [r["name"] for r in rows if r["built"]]
+        if missing:
+            return Check("worlds", WARN, f"built: {built or 'none'}; not built: {missing} (`harness-gym worlds build`)")
+        return Check("worlds", OK, f"built: {built or 'none'}")
+
+    return _guard("worlds", run)
+
+
+def _docker(required: bool) -> Check:
+    def run() -> Check:
+        if shutil.which("docker") is None:
+            return Check("docker", FAIL if required else OK, "no docker client (only tasks with an image need it)")
+        from harness_gym.sandboxes.base import SandboxError
+        from harness_gym.sandboxes.docker import _docker_client
+
+        try:
+            _docker_client(os.environ.get("DOCKER_HOST"))
+        except SandboxError as exc:
+            return Check("docker", FAIL if required else WARN, f"{exc} (only tasks with an image need it)")
+        return Check("docker", OK, f"engine reachable at {os.environ.get('DOCKER_HOST', 'the default socket')}")
+
+    return _guard("docker", run)
+
+
+def failed(checks: Sequence[Check]) -> list[Check]:
+    return [c for c in checks if c.status == FAIL]
+
+
+def table(checks: Sequence[Check]) -> str:
+    width = max(len(c.name) for c in checks)
+    lines = [f"harness-gym doctor on {socket.gethostname()}", f"{'check':<{width}}  status  detail"]
+    lines += [f"{c.name:<{width}}  {c.status:<6}  {c.detail}" for c in checks]
+    return "\n".join(lines)
+
+
+def as_records(checks: Sequence[Check]) -> list[dict[str, str]]:
+    return [asdict(c) for c in checks]
