@@ -277,6 +277,7 @@ def _cmd_serve_env(args: argparse.Namespace) -> int:
         max_sessions=args.max_sessions,
         idle_timeout_s=args.idle_timeout or None,
         token=token,
+        ws_compression=args.ws_compression,
     )
     auth = f"bearer token from ${args.token_env}" if token else "no token"
     print(f"serving {args.env_id} at {server.url} (OpenEnv protocol; {auth}; Ctrl-C stops)", flush=True)
@@ -397,6 +398,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--token-env",
         default="HARNESS_GYM_ENV_TOKEN",
         help="environment variable holding the bearer token clients must send (unset: no token)",
+    )
+    serve_env.add_argument(
+        "--ws-compression", action="store_true", help="compress WebSocket messages (slow links between machines)"
     )
     serve_env.set_defaults(func=_cmd_serve_env)
     return parser

@@ -349,6 +349,7 @@ class EnvServer:
         idle_timeout_s: float | None = 600.0,
         token: str | None = None,
         graceful_timeout_s: float = 30.0,
+        ws_compression: bool = False,
     ) -> None:
         self.app, self.registry = create_env_app(
             env_id, env_kwargs, max_sessions=max_sessions, idle_timeout_s=idle_timeout_s, token=token
@@ -359,6 +360,9 @@ class EnvServer:
             log_level="warning",
             timeout_graceful_shutdown=graceful_timeout_s,
             ws_max_size=64 * 1024 * 1024,
+            # compressing every observation costs CPU on both ends for no gain on loopback or a
+            # datacenter network; worth it only on slow links between machines
+            ws_per_message_deflate=ws_compression,
             lifespan="on",
         )
         self.server = uvicorn.Server(config)
