@@ -74,6 +74,17 @@ def test_time_limit_truncation_is_graded_at_the_harness_budget():
     env.close()
 
 
+def test_max_steps_moves_the_time_limit_with_the_budget():
+    longer = gym.make("Harness-S0T0O0C0W0", max_steps=45)
+    assert longer.spec.max_episode_steps == 45 and longer.unwrapped.harness_spec["budget"]["max_steps"] == 45
+    shorter = gym.make("harness_gym/Harness-S0T0O0C0W0-v0", max_steps=5)
+    assert shorter.spec.max_episode_steps == 5
+    explicit = gym.make("Harness-S0T0O0C0W0", max_steps=45, max_episode_steps=40)  # as given
+    assert explicit.spec.max_episode_steps == 40
+    for env in (longer, shorter, explicit):
+        env.close()
+
+
 def test_a_time_limit_below_the_budget_is_graded():
     # TimeLimit cuts at 2 of the harness's 30 steps: the GradeTruncation wrapper grades that step
     env = gym.make("Harness-S0T0O0C0W0", max_episode_steps=2)
