@@ -8,6 +8,7 @@
     harness-gym compare a.jsonl b.jsonl
     harness-gym view trajectory.jsonl [--html page.html]
     harness-gym worlds list | build NAME... [--force] | path NAME | rm NAME...
+    harness-gym serve-env Harness-S1T2O0C1W2 [--port 8000] [--max-sessions 32] [--idle-timeout 600]
 
 ``check`` runs the privileged reference agent on every task in every chosen harness: a
 solvability benchmark of the harnesses themselves (every task must score 1.0 everywhere).
@@ -304,6 +305,31 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if doctor.failed(checks) else 0
 
 
+def _cmd_serve_env(args: argparse.Namespace) -> int:
+    from harness_gym.env_server import EnvServer
+
+    env_kwargs = json.loads(args.env_kwargs) if args.env_kwargs else {}
+    if not isinstance(env_kwargs, dict):
+        raise ValueError('--env-kwargs must be a JSON object, e.g. \'{"tasks": "builtin:test"}\'')
+    if args.tasks:
+        env_kwargs["tasks"] = args.tasks
+    token = os.environ.get(args.token_env) or None
+    server = EnvServer(
+        args.env_id,
+        env_kwargs,
+        host=args.host,
+        port=args.port,
+        max_sessions=args.max_sessions,
+        idle_timeout_s=args.idle_timeout or None,
+        token=token,
+        ws_compression=args.ws_compression,
+    )
+    auth = f"bearer token from ${args.token_env}" if token else "no token"
+    print(f"serving {args.env_id} at {server.url} (OpenEnv protocol; {auth}; Ctrl-C stops)", flush=True)
+    server.serve()
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="harness-gym", description="The agent harness as an experimental variable.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -418,6 +444,25 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--docker", choices=["auto", "require", "skip"], default="auto")
     doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
     doctor.set_defaults(func=_cmd_doctor)
+    serve_env = sub.add_parser(
+        "serve-env", help="serve an environment over OpenEnv's HTTP/WebSocket protocol, one session per client"
+    )
+    serve_env.add_argument("env_id", help="a registered id, e.g. Harness-S1T2O0C1W2 or HarnessAdapt-H1")
+    serve_env.add_argument("--host", default="127.0.0.1")
+    serve_env.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed)")
+    serve_env.add_argument("--max-sessions", type=int, default=32, help="concurrent sessions (each its own sandbox)")
+    serve_env.add_argument("--idle-timeout", type=float, default=600.0, help="close idle sessions after S s (0: never)")
+    serve_env.add_argument("--tasks", help="task suite for every session (builtin, builtin:test, clawgym:PATH, ...)")
+    serve_env.add_argument("--env-kwargs", help="more gym.make keyword arguments, as a JSON object")
+    serve_env.add_argument(
+        "--token-env",
+        default="HARNESS_GYM_ENV_TOKEN",
+        help="environment variable holding the bearer token clients must send (unset: no token)",
+    )
+    serve_env.add_argument(
+        "--ws-compression", action="store_true", help="compress WebSocket messages (slow links between machines)"
+    )
+    serve_env.set_defaults(func=_cmd_serve_env)
     return parser
 
 

@@ -59,7 +59,9 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             see :mod:`harness_gym.worlds`); default: each task's suite's world, else the host's folders.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 0}
+    # "ansi": render() returns the episode's transcript as text; "human": each reset and step prints
+    # the messages it added. A text environment has no frame rate; 4 is a nominal playback rate.
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"], "render_fps": 4}
 
     def __init__(
         self,
@@ -123,6 +125,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         self.done = True
         self.last_step_timing: dict[str, float] = {}
         self.last_grade: GradeResult | None = None  # the last episode's grading, log included
+        self._rendered = 0  # transcript messages already printed in "human" render mode
         self._episode_spec_hash = self.spec_hash
 
     # ------------------------------------------------------------------ gym API
@@ -174,6 +177,9 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         info["tool_names"] = {t.canonical: t.name for t in self.tool_interface.tools.values()}
         limits = getattr(self.sandbox, "limits", None)  # which limits hold on this host, and which do not
         info["sandbox_limits"] = limits.as_dict() if hasattr(limits, "as_dict") else None
+        self._rendered = 0
+        if self.render_mode == "human":
+            self.render()
         return self._observation(), info
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
@@ -289,6 +295,8 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         info["reward_breakdown"] = info.get("reward_breakdown", {})
         total = time.perf_counter() - started
         self.last_step_timing = {"step_s": total, "sandbox_s": sandbox_s, "overhead_s": total - sandbox_s}
+        if self.render_mode == "human":
+            self.render()
         return self._observation(), float(reward), terminated, truncated, info
 
     def truncate(self, reason: str) -> tuple[float, dict[str, Any]]:
@@ -312,9 +320,16 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         return float(result.reward)
 
     def render(self) -> str | None:
-        if self.render_mode != "ansi":
-            return None
-        return "\n".join(f"[{m['source']}/{m['role']}] {m['content']}" for m in self.messages[-6:])
+        """``ansi``: the episode's whole transcript (nothing compressed) as text. ``human``: print
+        the transcript's messages not printed yet (called by every reset and step)."""
+        if self.render_mode == "ansi":
+            return "\n".join(_render_message(m) for m in self.transcript)
+        if self.render_mode == "human":
+            new = self.transcript[self._rendered :]
+            self._rendered = len(self.transcript)
+            if new:
+                print("\n".join(_render_message(m) for m in new), flush=True)
+        return None
 
     def close(self) -> None:
         self._end_episode()
@@ -492,6 +507,16 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
 
 def _is_library(implementation: Any) -> bool:
     return isinstance(implementation, str) and implementation.startswith(LIBRARY_PREFIX)
+
+
+def _render_message(message: Message) -> str:
+    head = f"[{message['source']}/{message['role']}]"
+    if message.get("name"):
+        head += f" {message['name']}"
+    calls = "".join(
+        f"\n-> {c['function']['name']}({c['function'].get('arguments', '')})" for c in message.get("tool_calls") or []
+    )
+    return f"{head} {message['content']}{calls}"
 
 
 def _copy_message(message: Message) -> Message:

@@ -1,31 +1,65 @@
-"""Registration of the 243 configurations as Gymnasium environments, as data: one entry per id."""
+"""Registration of the 243 configurations as Gymnasium environments, as data: one entry per id.
+
+Every environment is registered twice: under its short id (``Harness-S1T2O0C1W2``, what the paper
+and the README use) and under a namespaced, versioned id (``harness_gym/Harness-S1T2O0C1W2-v0``) so
+that a change of behaviour can bump the version without breaking runs that pinned the old one. Both
+ids make the same environment. ``spec.max_episode_steps`` is the harness's step budget, so the
+``TimeLimit`` that ``gym.make`` adds ends an episode at the same step as the harness does, which
+grades it; a smaller ``max_episode_steps`` given to ``gym.make`` is graded too, by the
+:class:`~harness_gym.wrappers.GradeTruncation` wrapper registered around the ``TimeLimit``.
+"""
 
 from __future__ import annotations
 
-import gymnasium as gym
+from typing import Any
 
-from harness_gym.space import all_configs
+import gymnasium as gym
+from gymnasium.envs.registration import WrapperSpec
+
+from harness_gym.space import BASE_CONFIG, all_configs
 
 ENTRY_POINT = "harness_gym.env:HarnessEnv"
+NAMESPACE = "harness_gym"
+VERSION = 0
+GRADE_TRUNCATION = WrapperSpec("GradeTruncation", "harness_gym.wrappers:GradeTruncation", {})
+
+
+def versioned_id(env_id: str) -> str:
+    """The namespaced, versioned id of a short id: ``Harness-S1T2O0C1W2`` -> ``harness_gym/Harness-S1T2O0C1W2-v0``."""
+    return f"{NAMESPACE}/{env_id}-v{VERSION}"
+
+
+def _register(env_id: str, max_episode_steps: int | None, **options: Any) -> list[str]:
+    """Register ``env_id`` and its versioned twin (idempotent); returns both ids."""
+    ids = [env_id, versioned_id(env_id)]
+    for name in ids:
+        if name not in gym.registry:
+            gym.register(
+                id=name, max_episode_steps=max_episode_steps, additional_wrappers=(GRADE_TRUNCATION,), **options
+            )
+    return ids
 
 
 def register_all() -> list[str]:
     """Register ``Harness-S?T?O?C?W?`` for every configuration, the presets and the generic
-    ``HarnessAdapt`` (which takes ``spec=``). Idempotent. Returns the ids."""
-    from harness_gym.presets import PRESETS, preset_path
+    ``HarnessAdapt`` (which takes ``spec=``), each also as ``harness_gym/<id>-v0``. Idempotent.
+    Returns the ids."""
+    from harness_gym.presets import PRESETS, load_preset, preset_path
+    from harness_gym.spec import compile_config
 
     ids = []
     for env_id in PRESETS:
-        if env_id not in gym.registry:
-            gym.register(id=env_id, entry_point=ENTRY_POINT, kwargs={"spec": str(preset_path(env_id))})
-        ids.append(env_id)
-    if "HarnessAdapt" not in gym.registry:
-        gym.register(id="HarnessAdapt", entry_point="harness_gym.env:make_spec_env")
-    ids.append("HarnessAdapt")
+        if env_id in gym.registry and versioned_id(env_id) in gym.registry:
+            ids += [env_id, versioned_id(env_id)]
+            continue
+        budget = load_preset(env_id)["budget"]["max_steps"]
+        ids += _register(env_id, budget, entry_point=ENTRY_POINT, kwargs={"spec": str(preset_path(env_id))})
+    # a spec given at make time has its own budget, unknown here: the environment enforces it itself
+    ids += _register("HarnessAdapt", None, entry_point="harness_gym.env:make_spec_env")
+    # the step budget is a property of the base spec that no factor level changes (tests check all 243)
+    budget = compile_config(BASE_CONFIG)["budget"]["max_steps"]
     for config in all_configs():
-        if config.env_id not in gym.registry:
-            gym.register(
-                id=config.env_id, entry_point=ENTRY_POINT, kwargs={"config": config.code}, nondeterministic=False
-            )
-        ids.append(config.env_id)
+        ids += _register(
+            config.env_id, budget, entry_point=ENTRY_POINT, kwargs={"config": config.code}, nondeterministic=False
+        )
     return ids

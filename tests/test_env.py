@@ -55,7 +55,7 @@ def test_check_env_passes_on_every_configuration():
     started = time.perf_counter()
     for config in all_configs():
         env = gym.make(config.env_id)
-        check_env(env.unwrapped, skip_render_check=True)
+        check_env(env.unwrapped)
         env.close()
     assert time.perf_counter() - started < 600
 

@@ -32,7 +32,7 @@ def test_out_of_space_presets_imitate_their_conventions():
 @pytest.mark.parametrize("env_id", sorted(PRESETS))
 def test_presets_are_environments_that_the_reference_agent_solves(env_id):
     env = gym.make(env_id)
-    check_env(env.unwrapped, skip_render_check=True)
+    check_env(env.unwrapped)
     for task in load_tasks("builtin"):
         result = run_episode(env, ReferenceAgent(), seed=0, task_id=task.id)
         assert result.reward == 1.0, (env_id, task.id, result.final_info.get("reward_breakdown"))
