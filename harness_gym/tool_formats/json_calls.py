@@ -21,6 +21,7 @@ from harness_gym.tool_formats.base import (
 )
 
 _SEPARATORS = " \t\r\n;,"
+_MAX_MISSES = 200  # `{` that open no JSON value: past this many a message is not a call list
 
 
 @dataclass(frozen=True)
@@ -185,14 +186,20 @@ class Llama3Json(TaggedJson):
             return super().extract(text)
         drafts: list[Draft] = []
         spans: list[tuple[int, int]] = []
+        misses = 0
         position = text.find("{")
-        while position >= 0:
-            decoded = decode_prefix(text, position)
+        while position >= 0 and misses < _MAX_MISSES:
+            decoded = (
+                decode_prefix(text, position)
+                if text[_skip(text, position + 1) : _skip(text, position + 1) + 1] == '"'
+                else None
+            )
             if decoded is not None and _looks_like_call(decoded[0]):
                 drafts.append(draft_from_object(decoded[0], text[position : decoded[1]], self))
                 spans.append((position, decoded[1]))
                 position = text.find("{", decoded[1])
             else:
+                misses += decoded is None
                 position = text.find("{", position + 1)
         return Extraction(drafts, cut(text, spans))
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 import ast
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness_gym.tool_formats.base import Draft, Extraction, ToolFormat, snippet
 
+_CALL_HEAD = re.compile(r"\[\s*[A-Za-z_][\w.]*\(")
 _MAX_SOURCE = 1_000_000  # characters: ast on more is slow and no model writes a call that long
 
 
@@ -80,9 +82,12 @@ class Pythonic(ToolFormat):
         if not self._looks_like_list(body):
             return False
         tree = self._tree(body)
-        return (
-            not isinstance(tree, str) and bool(tree.body.elts) and all(isinstance(e, ast.Call) for e in tree.body.elts)
-        )  # type: ignore[attr-defined]
+        if isinstance(tree, str):
+            if tree.startswith("not a valid Python"):  # a call attempt only if it reads `[name(...)]`
+                return body.endswith(")]") and _CALL_HEAD.match(body) is not None
+            return False
+        elements = tree.body.elts  # type: ignore[attr-defined]
+        return bool(elements) and all(isinstance(e, ast.Call) for e in elements)
 
     def extract(self, text: str) -> Extraction:
         source = self._source(text)
