@@ -46,7 +46,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         tasks: a suite name (``"builtin"``, ``"builtin:train"``) or a sequence of :class:`Task`.
         sandbox: a backend name (``"bubblewrap"``) or a factory returning a :class:`Sandbox`.
         sandbox_options: keyword arguments for the backend.
-        tool_call_format: override the spec's format (``auto``, ``hermes``, ``openai``, ``xml``).
+        tool_call_format: override the spec's format (``auto`` or a format of :mod:`harness_gym.tool_formats`).
         max_steps: override the spec's step budget.
         summarizer: the context summariser (default: deterministic, no model).
         resample_names: re-draw tool aliases / opaque identifiers every episode.

@@ -7,6 +7,7 @@ under vLLM's ``--tool-call-parser`` names, plus auto-detection and the model-to-
 """
 
 from harness_gym.tool_formats.base import ParsedAction, ToolCall, ToolFormat
+from harness_gym.tool_formats.models import ModelTableError, format_for_model, model_families
 from harness_gym.tool_formats.registry import (
     ALIASES,
     DETECTION_ORDER,
@@ -20,20 +21,28 @@ from harness_gym.tool_formats.registry import (
     render_calls,
     split_reasoning,
 )
+from harness_gym.tool_formats.rendering import render_prompt, template_takes_tools, text_messages, tools_block
 
 __all__ = [
     "ALIASES",
     "DETECTION_ORDER",
     "FORMATS",
     "LOCAL_FORMATS",
+    "ModelTableError",
     "ParsedAction",
     "ToolCall",
     "ToolFormat",
     "UnknownFormatError",
     "detect",
+    "format_for_model",
     "format_names",
     "get_format",
+    "model_families",
     "parse_text",
     "render_calls",
+    "render_prompt",
     "split_reasoning",
+    "template_takes_tools",
+    "text_messages",
+    "tools_block",
 ]
