@@ -143,6 +143,12 @@ def test_malformed_calls_are_errors_that_show_the_expected_form(fmt):
         assert get_format(fmt).example in error or mode == "auto"
 
 
+def test_auto_reports_a_broken_hermes_call_in_hermes_terms():
+    parsed = parse_action('<tool_call>\nexecute_bash {"command": "ls"}\n</tool_call>')
+    assert parsed.format == "hermes" and "Expected <tool_call>\n{" in parsed.calls[0].error
+    assert parse_action("<tool_call>finish</tool_call>").calls[0].name == "finish"  # GLM, no arguments
+
+
 HOSTILE = [
     "[" * 100_000,
     '{"a":' * 100_000,

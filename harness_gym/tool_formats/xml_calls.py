@@ -5,11 +5,14 @@ tool's schema): Qwen3-Coder, Seed-OSS, MiniMax-M2 and GLM-4.5."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from harness_gym.tool_formats.base import Draft, Extraction, ToolFormat, blocks, cut, snippet
+
+_BARE_NAME = re.compile(r"[A-Za-z_][\w.\-]*")
 
 
 def _text_value(value: Any) -> str:
@@ -169,13 +172,13 @@ class Glm45(ToolFormat):
     result_wrapper = "<tool_response>\n{content}\n</tool_response>"
 
     def detect(self, text: str) -> bool:
+        """``<arg_key>``, or a ``<tool_call>`` holding nothing but a function name (a GLM call
+        without arguments); any other malformed ``<tool_call>`` is left to Hermes."""
         if "<arg_key>" in text:
             return True
-        for _b, _s, inside, _c in blocks(text, "<tool_call>", "</tool_call>"):
-            head = inside.lstrip()[:1]
-            if head and (head.isalpha() or head == "_"):
-                return True
-        return False
+        return any(
+            _BARE_NAME.fullmatch(inside.strip()) for _b, _s, inside, _c in blocks(text, "<tool_call>", "</tool_call>")
+        )
 
     def extract(self, text: str) -> Extraction:
         drafts: list[Draft] = []
