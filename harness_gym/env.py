@@ -31,7 +31,7 @@ from harness_gym.spaces import AssistantActionSpace, chat_observation_space
 from harness_gym.spec import compile_config, load_spec, resolve_spec, spec_hash, validate_spec
 from harness_gym.summarizers import Summarizer
 from harness_gym.tasks import GradeResult, Task, load_tasks
-from harness_gym.tool_calls import ActionError, ToolCall, coerce_arguments, parse_action
+from harness_gym.tool_calls import ActionError, ToolCall, coerce_arguments, message_text, parse_action
 from harness_gym.tools import LIBRARY_PREFIX, ToolContext, run_tool
 
 Message = dict[str, Any]
@@ -444,10 +444,7 @@ def _assistant_message(action: Any, calls: list[ToolCall]) -> Message:
     if isinstance(action, str):
         return {"role": "assistant", "content": action, "source": "policy"}
     if isinstance(action, Mapping):
-        content = action.get("content") or ""
-        if not isinstance(content, str):
-            content = "".join(p.get("text", "") for p in content if isinstance(p, Mapping))
-        message: Message = {"role": "assistant", "content": content, "source": "policy"}
+        message: Message = {"role": "assistant", "content": message_text(action.get("content")), "source": "policy"}
         if action.get("tool_calls"):
             message["tool_calls"] = [
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _arguments_text(c)}}

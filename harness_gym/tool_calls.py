@@ -28,7 +28,7 @@ _OPENAI_CALL_EXAMPLE = (
     'each tool call must look like {"id": ..., "type": "function", "function": {"name": ..., "arguments": "<JSON>"}}'
 )
 
-__all__ = ["FORMATS", "ActionError", "ParsedAction", "ToolCall", "coerce_arguments", "parse_action"]
+__all__ = ["FORMATS", "ActionError", "ParsedAction", "ToolCall", "coerce_arguments", "message_text", "parse_action"]
 
 
 class ActionError(ValueError):
@@ -40,7 +40,7 @@ def parse_action(action: str | Mapping[str, Any], fmt: str = "auto", id_prefix: 
     if fmt not in FORMATS:
         raise ValueError(f"unknown tool-call format {fmt!r}; choose one of {FORMATS}")
     if isinstance(action, Mapping):
-        content = _flatten_content(action.get("content"))
+        content = message_text(action.get("content"))
         tool_calls = action.get("tool_calls")
         if tool_calls:
             return ParsedAction(content.strip(), _parse_openai(tool_calls, id_prefix), format="openai")
@@ -50,7 +50,7 @@ def parse_action(action: str | Mapping[str, Any], fmt: str = "auto", id_prefix: 
     return parse_text(action, fmt, id_prefix)
 
 
-def _flatten_content(content: Any) -> str:
+def message_text(content: Any) -> str:
     """Message content as text: OpenAI content parts (``[{"type": "text", "text": ...}]``) joined,
     None empty, anything else as its string form."""
     if content is None:

@@ -7,6 +7,7 @@ import json
 import time
 
 import pytest
+from conftest import requires_bwrap
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -222,3 +223,25 @@ def test_property_parsing_never_raises(fmt, text):
     for call in parsed.calls:
         assert call.id and isinstance(call.arguments, dict) and (call.error is None or call.error)
         json.dumps(call.as_dict())
+
+
+@requires_bwrap
+def test_the_environment_runs_calls_written_in_every_format():
+    from harness_gym import HarnessEnv
+
+    env = HarnessEnv("S0T0O0C0W0", max_steps=60)
+    try:
+        env.reset(seed=0)
+        bash = env.tool_interface.name_for("execute_bash")
+        for fmt in [*ALL, "auto"]:
+            env.harness_spec["tool_call_format"] = fmt
+            written = "auto" if fmt == "auto" else fmt
+            action = render_calls([(bash, {"command": f"echo {written}"})], "hermes" if fmt == "auto" else fmt)
+            obs, _, terminated, _, info = env.step(action)
+            assert not terminated and not info["parse_errors"], (fmt, info["parse_errors"])
+            assert obs["messages"][-1]["content"] == f"{written}\n", fmt
+        env.harness_spec["tool_call_format"] = "auto"
+        obs, *_ = env.step({"role": "assistant", "content": 123})  # odd content: no call, no crash
+        assert obs["messages"][-2]["content"] == "123"
+    finally:
+        env.close()
