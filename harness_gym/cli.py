@@ -29,6 +29,7 @@ from pathlib import Path
 
 from harness_gym.design import TRAINING_SET, build_schedule, heldout_set, training_set
 from harness_gym.space import HarnessConfig, all_configs, neighbours
+from harness_gym.tool_formats import format_names
 
 CONFIG_SETS = {
     "training": lambda: list(TRAINING_SET),
@@ -392,7 +393,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--base-url", help="openai: the endpoint, e.g. http://localhost:8000/v1")
     bench.add_argument("--api-key-env", default="OPENAI_API_KEY", help="openai: environment variable holding the key")
     bench.add_argument(
-        "--tool-mode", choices=["native", "hermes", "xml"], help="openai: native tool calling or a text format"
+        "--tool-mode",
+        choices=["native", *format_names()],
+        metavar="MODE",
+        help="openai/hf: native tool calling, a text format (vLLM parser names: hermes, qwen3_xml, llama3_json, "
+        "mistral, deepseek_v3, openai, ...) or auto (the model family's format, see README 'Tool-call formats')",
     )
     bench.add_argument("--max-new-tokens", type=int, help="tokens generated per step")
     bench.add_argument("--temperature", type=float)

@@ -34,7 +34,7 @@ from harness_gym.spaces import AssistantActionSpace, chat_observation_space
 from harness_gym.spec import BUDGET_DEFAULTS, compile_config, load_spec, resolve_spec, spec_hash, validate_spec
 from harness_gym.summarizers import Summarizer
 from harness_gym.tasks import GradeResult, Task, load_tasks
-from harness_gym.tool_calls import ActionError, ParsedAction, ToolCall, coerce_arguments, parse_action
+from harness_gym.tool_calls import ActionError, ParsedAction, ToolCall, coerce_arguments, message_text, parse_action
 from harness_gym.tools import LIBRARY_PREFIX, ToolContext, run_tool
 from harness_gym.worlds import HOST, World, docker_image, load_world
 
@@ -50,7 +50,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         tasks: a suite name (``"builtin"``, ``"builtin:train"``) or a sequence of :class:`Task`.
         sandbox: a backend name (``"bubblewrap"``) or a factory returning a :class:`Sandbox`.
         sandbox_options: keyword arguments for the backend.
-        tool_call_format: override the spec's format (``auto``, ``hermes``, ``openai``, ``xml``).
+        tool_call_format: override the spec's format (``auto`` or a format of :mod:`harness_gym.tool_formats`).
         max_steps: override the spec's step budget.
         summarizer: the context summariser (default: deterministic, no model).
         resample_names: re-draw tool aliases / opaque identifiers every episode.
@@ -603,13 +603,7 @@ def _encodable(text: str) -> bool:
 
 def _content_text(action: Any) -> str:
     """The text of an action's content, whatever type the content has."""
-    content = action.get("content") if isinstance(action, Mapping) else action
-    if isinstance(content, str):
-        return valid_text(content)
-    if isinstance(content, (list, tuple)):
-        parts = (p.get("text") for p in content if isinstance(p, Mapping))
-        return valid_text("".join(p for p in parts if isinstance(p, str)))
-    return ""
+    return valid_text(message_text(action.get("content") if isinstance(action, Mapping) else action))
 
 
 def _assistant_message(action: Any, calls: list[ToolCall]) -> Message:

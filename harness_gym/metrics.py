@@ -160,3 +160,38 @@ def outcomes_from_records(records: Iterable[Mapping[str, object]]) -> list[Outco
         Outcome(str(r.get("task_id", r.get("task"))), float(r["reward"]), bool(r.get("truncated", False)))  # type: ignore[arg-type]
         for r in records
     ]
+
+
+# --------------------------------------------------------------------------- tool calls per format
+
+
+def tool_calls_by_format(step_infos: Iterable[Mapping[str, object]]) -> dict[str, dict[str, int]]:
+    """Calls and parse errors per tool-call format over an episode's step infos (each parsed call
+    carries the format it was read in, e.g. ``hermes``, ``mistral``, ``openai``)."""
+    counts: dict[str, dict[str, int]] = {}
+    for info in step_infos:
+        calls = info.get("parsed_calls") or []
+        for call in calls if isinstance(calls, list) else []:
+            if not isinstance(call, Mapping):
+                continue
+            entry = counts.setdefault(str(call.get("format") or "unknown"), {"calls": 0, "parse_errors": 0})
+            entry["calls"] += 1
+            entry["parse_errors"] += bool(call.get("error"))
+    return counts
+
+
+def tool_call_validity_by_format(
+    per_episode: Iterable[Mapping[str, Mapping[str, int]] | None],
+) -> dict[str, dict[str, float]]:
+    """Summed calls, parse errors and validity (the share of calls that parsed) per format, from
+    episodes' :func:`tool_calls_by_format` counts. A format no call was written in is absent."""
+    totals: dict[str, dict[str, int]] = defaultdict(lambda: {"calls": 0, "parse_errors": 0})
+    for counts in per_episode:
+        for fmt, entry in (counts or {}).items():
+            totals[fmt]["calls"] += int(entry.get("calls", 0))
+            totals[fmt]["parse_errors"] += int(entry.get("parse_errors", 0))
+    return {
+        fmt: {**entry, "validity": (entry["calls"] - entry["parse_errors"]) / entry["calls"]}
+        for fmt, entry in sorted(totals.items())
+        if entry["calls"]
+    }

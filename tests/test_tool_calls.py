@@ -46,7 +46,7 @@ def test_xml_function_format_bare_and_wrapped():
     text = "<function=file_editor>\n<parameter=command>\nview\n</parameter>\n<parameter=path>\na.py\n</parameter>\n</function>"
     for action in (text, f"<tool_call>\n{text}\n</tool_call>"):
         call = parse_action(action).calls[0]
-        assert (call.name, call.arguments, call.format) == ("file_editor", {"command": "view", "path": "a.py"}, "xml")
+        assert (call.name, call.arguments, call.format) == ("file_editor", {"command": "view", "path": "a.py"}, "qwen3_xml")
 
 
 def test_xml_values_are_coerced_by_schema():
@@ -68,7 +68,7 @@ def test_bare_json_and_fenced_json():
 @pytest.mark.parametrize(
     "action, fragment",
     [
-        ("<tool_call>{not json}</tool_call>", "could not parse the tool call as JSON"),
+        ("<tool_call>{not json}</tool_call>", "the tool call is not valid JSON"),
         ('<tool_call>{"arguments": {}}</tool_call>', 'needs a "name"'),
         ('<tool_call>{"name": "x", "arguments": [1]}</tool_call>', "must be a JSON object"),
         ("<function=>\n</function>", "has no name"),
@@ -89,7 +89,8 @@ def test_malformed_calls_keep_an_id_and_say_what_was_expected(action, fragment):
 def test_fixed_format_ignores_other_formats():
     hermes = '<tool_call>{"name": "a", "arguments": {}}</tool_call>'
     xml = "<function=a></function>"
-    assert parse_action(hermes, "xml").calls == []
+    # a <tool_call> block is a call attempt in both formats: in xml mode it is malformed
+    assert "Expected <tool_call>\n<function=" in parse_action(hermes, "xml").calls[0].error
     assert parse_action(xml, "hermes").calls == []
     assert parse_action(hermes, "openai").calls == []
     assert parse_action(xml, "xml").calls[0].name == "a"

@@ -258,7 +258,7 @@ def run_recipe(
         raise ValueError("evolution.teacher.base_url is needed: the teachers are OpenAI-compatible endpoints")
     key = os.environ.get(teacher["api_key_env"]) if teacher.get("api_key_env") else None
     client = ChatClient(teacher["base_url"], teacher.get("model", "teacher"), api_key=key)
-    fmt = (recipe.get("executor") or {}).get("tool_call_format", "hermes")
+    fmt = (recipe.get("executor") or {}).get("tool_call_format", "auto")
     harnessadapt_loop(
         recipe,
         output_dir=out,

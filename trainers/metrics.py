@@ -21,7 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from harness_gym.bench.report import load_records
-from harness_gym.metrics import Outcome, group_outcome_shares, pass_rate, trainable_rate
+from harness_gym.metrics import (
+    Outcome,
+    group_outcome_shares,
+    pass_rate,
+    tool_call_validity_by_format,
+    trainable_rate,
+)
 
 
 def _group_key(record: Mapping[str, Any]) -> str:
@@ -50,6 +56,7 @@ def summarize(records: Sequence[Mapping[str, Any]], threshold: float = 1.0) -> d
         "context_resets_per_episode": sum(int(r.get("context_resets", 0)) for r in records) / len(records),
         "mean_steps": sum(int(r.get("steps", 0)) for r in records) / len(records),
         "pass_rate_by_harness": {h: pass_rate(o, threshold) for h, o in sorted(by_harness.items())},
+        "tool_call_validity_by_format": tool_call_validity_by_format(r.get("tool_calls_by_format") for r in records),
     }
 
 

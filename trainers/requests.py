@@ -46,8 +46,13 @@ class ExecutorSettings:
     def __post_init__(self) -> None:
         if self.segment not in SEGMENT_CHOICES:
             raise ValueError(f"segment must be one of {SEGMENT_CHOICES}, got {self.segment!r}")
-        if self.tool_call_format not in ("hermes", "xml"):
-            raise ValueError("tool_call_format must be 'hermes' or 'xml' (OpenRLHF has no native tool calling)")
+        from harness_gym.tool_formats import format_names
+
+        if self.tool_call_format not in format_names():
+            raise ValueError(
+                f"tool_call_format must be a text format or auto (OpenRLHF has no native tool calling), got "
+                f"{self.tool_call_format!r}; choose one of {', '.join(format_names())}"
+            )
 
     @classmethod
     def from_env(cls) -> ExecutorSettings:

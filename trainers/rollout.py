@@ -40,7 +40,9 @@ from openrlhf.utils.agent import AgentExecutorBase, AgentInstanceBase
 from harness_gym.agents.prompting import text_messages
 from harness_gym.bench.runner import ResultsFile
 from harness_gym.env import HarnessEnv
+from harness_gym.metrics import tool_calls_by_format
 from harness_gym.spec import compile_config
+from harness_gym.tool_formats import format_for_model
 from trainers.requests import ExecutorSettings, RolloutError, RolloutRequest, harness_env_arguments, suite_tasks
 from trainers.turns import ChatTurns
 
@@ -67,13 +69,19 @@ class HarnessAgentInstance(AgentInstanceBase):
         self.tools: list[dict[str, Any]] = []
         self.seen = 0  # messages of the environment's context already in the token stream
         self.stats = {"parse_errors": 0, "tool_errors": 0, "context_resets": 0, "hooks_fired": 0}
+        self.calls_by_format: dict[str, dict[str, int]] = {}  # tool-call validity per format, for the log
         self.last_info: dict[str, Any] = {}
 
     async def _call(self, function: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self.pool, function, *args)
 
+    @property
+    def tool_call_format(self) -> str:
+        """The settings' text format; ``auto``: the policy tokenizer's family."""
+        return format_for_model(self.turns.tokenizer, self.settings.tool_call_format)
+
     def _text_messages(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, str]]:
-        return text_messages(messages, tools, self.settings.tool_call_format)
+        return text_messages(messages, tools, self.tool_call_format)
 
     async def reset(self, states: dict, **kwargs: Any) -> dict:
         self.request = RolloutRequest.from_label(states["label"])
@@ -99,7 +107,7 @@ class HarnessAgentInstance(AgentInstanceBase):
             max_steps=self.settings.max_steps,
             resample_names=self.settings.resample_names,
             include_skills=self.settings.include_skills,
-            tool_call_format=self.settings.tool_call_format if native else None,
+            tool_call_format=self.tool_call_format if native else None,
         )
         try:
             observation, _ = env.reset(seed=request.seed, options={"task_id": request.task_id})
@@ -153,6 +161,10 @@ class HarnessAgentInstance(AgentInstanceBase):
 
     def _count(self, info: Mapping[str, Any]) -> None:
         self.last_info = dict(info)
+        for fmt, counts in tool_calls_by_format([info]).items():
+            entry = self.calls_by_format.setdefault(fmt, {"calls": 0, "parse_errors": 0})
+            entry["calls"] += counts["calls"]
+            entry["parse_errors"] += counts["parse_errors"]
         self.stats["parse_errors"] += len(info.get("parse_errors") or [])
         self.stats["tool_errors"] += len(info.get("tool_errors") or [])
         self.stats["hooks_fired"] += len(info.get("hooks_fired") or [])
@@ -345,6 +357,7 @@ class HarnessAgentExecutor(AgentExecutorBase):
             "truncated": bool(extra_logs.get("episode_truncated")), "steps": int(extra_logs.get("steps", 0)),
             "parse_errors": int(extra_logs.get("parse_errors", 0)), "tool_errors": int(extra_logs.get("tool_errors", 0)),
             "context_resets": int(extra_logs.get("context_resets", 0)), "segments": len(segments),
+            "tool_calls_by_format": instance.calls_by_format,
             "tokens": len(chosen.tokens), "policy_tokens": chosen.policy_tokens,
             "reason": info.get("truncation_reason") or info.get("terminated_reason"),
             "spec_hash": info.get("spec_hash"), "seconds": round(seconds, 3), "time": time.time(),

@@ -24,6 +24,8 @@ def make_agent(name: str, **options: Any) -> Any:
         from harness_gym.agents.huggingface import HFAgent
 
         keys = ("model", "gguf_file", "fmt", "max_new_tokens", "temperature", "context_tokens", "seed")
+        if options.get("tool_mode") not in (None, "native") and not options.get("fmt"):
+            options["fmt"] = options["tool_mode"]  # bench --tool-mode: a text format or auto
         return HFAgent(**{k: v for k, v in options.items() if k in keys and v is not None})
     if name == "openai":
         from harness_gym.agents.openai_chat import OpenAIChatAgent

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness_gym.agents.prompting import text_messages
+from harness_gym.tool_formats import format_for_model
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _MODELS: dict[tuple[str, str | None], tuple[Any, Any, threading.Lock]] = {}
@@ -63,7 +64,9 @@ class HFAgent:
     Args:
         model: a local model folder; None for the packaged SmolLM2-135M-Instruct.
         gguf_file: the GGUF file inside ``model``, when the weights are GGUF.
-        fmt: how the prompt asks for tool calls (``hermes`` or ``xml``).
+        fmt: how the prompt asks for tool calls: a text format (``hermes``, ``qwen3_xml``,
+            ``llama3_json``, ``mistral``, ...) or ``auto``, the tokenizer's family (see
+            :func:`harness_gym.tool_formats.format_for_model`).
         max_new_tokens, temperature: generation settings (temperature 0: greedy).
         context_tokens: older turns are dropped (the system and task messages kept) beyond this.
     """
@@ -81,7 +84,7 @@ class HFAgent:
     ) -> None:
         self.tokenizer, self.model, self.lock = load_model(model, gguf_file)
         self.name = f"hf:{model or 'SmolLM2-135M-Instruct'}"
-        self.fmt = fmt
+        self.fmt = format_for_model(self.tokenizer, fmt)
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.context_tokens = context_tokens
@@ -131,4 +134,12 @@ class HFAgent:
         self.prompt_lengths.append(int(ids.shape[1]))
         self.usage["completion_tokens"] += int(new.shape[0])
         self.usage["calls"] += 1
-        return self.tokenizer.decode(new, skip_special_tokens=True)
+        return self._decode(new)
+
+    def _decode(self, ids: Any) -> str:
+        """The generated text with the family's special-token markers kept (DeepSeek's, Kimi's,
+        gpt-oss's calls are special tokens), only end-of-sequence and padding dropped."""
+        text = self.tokenizer.decode(ids, skip_special_tokens=False)
+        for token in {self.tokenizer.eos_token, self.tokenizer.pad_token} - {None, ""}:
+            text = text.replace(token, "")
+        return text

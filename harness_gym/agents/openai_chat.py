@@ -7,6 +7,7 @@ from typing import Any
 
 from harness_gym.agents.prompting import TEXT_FORMATS, openai_messages, text_messages
 from harness_gym.llm_client import ChatClient
+from harness_gym.tool_formats import format_for_model
 
 
 class OpenAIChatAgent:
@@ -31,8 +32,10 @@ class OpenAIChatAgent:
         retries: int = 3,
         extra: Mapping[str, Any] | None = None,
     ) -> None:
-        if tool_mode not in ("native", *TEXT_FORMATS):
-            raise ValueError(f"tool_mode must be 'native' or one of {TEXT_FORMATS}, got {tool_mode!r}")
+        if tool_mode not in ("native", "auto", *TEXT_FORMATS):
+            raise ValueError(f"tool_mode must be 'native', 'auto' or one of {TEXT_FORMATS}, got {tool_mode!r}")
+        if tool_mode == "auto":  # the text format the model's family was trained on
+            tool_mode = format_for_model(model)
         self.client = ChatClient(base_url, model, api_key=api_key, timeout_s=timeout_s, retries=retries)
         self.name = f"openai:{model}"
         self.tool_mode = tool_mode

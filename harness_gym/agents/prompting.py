@@ -3,86 +3,34 @@ plain chat messages with the tools described in the system prompt (text tool cal
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-TEXT_FORMATS = ("hermes", "xml")
+from harness_gym.tool_formats import format_names, tools_block
+from harness_gym.tool_formats import text_messages as _family_text_messages
 
-_HERMES_INSTRUCTIONS = """## Tools
-You can act by calling the functions described below. Their signatures, as JSON, sit between <tools> and </tools>:
-<tools>
-{signatures}
-</tools>
-To call a function, write its name and a JSON object of arguments between <tool_call> and </tool_call>, for example
-<tool_call>
-{{"name": "{example}", "arguments": {{}}}}
-</tool_call>
-You may write some reasoning before the call. Results come back in <tool_response> blocks."""
-
-_XML_INSTRUCTIONS = """## Tools
-You can act by calling the functions described below. Their signatures, as JSON, sit between <tools> and </tools>:
-<tools>
-{signatures}
-</tools>
-To call a function, write
-<tool_call>
-<function={example}>
-<parameter=NAME>
-VALUE
-</parameter>
-</function>
-</tool_call>
-with one parameter block per argument. Results come back in <tool_response> blocks."""
+#: text tool-call formats a prompt can ask for (vLLM parser names and aliases); ``auto`` is resolved
+#: from the model by the agents (see :func:`harness_gym.tool_formats.format_for_model`)
+TEXT_FORMATS = tuple(name for name in format_names() if name != "auto")
 
 
 def tools_prompt(tools: Sequence[Mapping[str, Any]], fmt: str = "hermes") -> str:
-    """The tool section of a system prompt, for models without native tool calling."""
+    """The tool section of a system prompt, for models without native tool calling, in the layout
+    of family ``fmt``."""
     if fmt not in TEXT_FORMATS:
         raise ValueError(f"unknown text tool-call format {fmt!r}; choose one of {TEXT_FORMATS}")
-    signatures = "\n".join(json.dumps(t.get("function", t), ensure_ascii=False) for t in tools)
-    example = tools[0]["function"]["name"] if tools else "name"
-    template = _HERMES_INSTRUCTIONS if fmt == "hermes" else _XML_INSTRUCTIONS
-    return template.format(signatures=signatures, example=example)
+    return tools_block(tools, fmt)
 
 
 def text_messages(
     messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]], fmt: str = "hermes"
 ) -> list[dict[str, str]]:
-    """Plain ``role``/``content`` messages: tools described in the system message, tool results as
-    user turns wrapped in ``<tool_response>`` (consecutive results joined in one turn)."""
-    out: list[dict[str, str]] = []
-    for message in messages:
-        role, content = message["role"], message.get("content") or ""
-        if role == "tool":
-            block = f"<tool_response>\n{content}\n</tool_response>"
-            if out and out[-1]["role"] == "user" and out[-1]["content"].startswith("<tool_response>"):
-                out[-1]["content"] += "\n" + block
-            else:
-                out.append({"role": "user", "content": block})
-        elif role == "assistant" and message.get("tool_calls"):
-            calls = "".join(
-                f"\n<tool_call>\n{json.dumps({'name': c['function']['name'], 'arguments': _args(c)})}\n</tool_call>"
-                for c in message["tool_calls"]
-            )
-            out.append({"role": "assistant", "content": content + calls})
-        else:
-            out.append({"role": role, "content": content})
-    if tools:
-        section = tools_prompt(tools, fmt)
-        if out and out[0]["role"] == "system":
-            out[0] = {"role": "system", "content": out[0]["content"] + "\n\n" + section}
-        else:
-            out.insert(0, {"role": "system", "content": section})
-    return out
-
-
-def _args(call: Mapping[str, Any]) -> Any:
-    raw = call["function"].get("arguments", "{}")
-    try:
-        return json.loads(raw) if isinstance(raw, str) else raw
-    except json.JSONDecodeError:
-        return raw
+    """Plain ``role``/``content`` messages: tools described in the system message, calls and tool
+    results written as family ``fmt`` writes them (Hermes/Qwen: results as user turns wrapped in
+    ``<tool_response>``, consecutive results joined in one turn)."""
+    if fmt not in TEXT_FORMATS:
+        raise ValueError(f"unknown text tool-call format {fmt!r}; choose one of {TEXT_FORMATS}")
+    return _family_text_messages(messages, tools, fmt)
 
 
 def openai_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

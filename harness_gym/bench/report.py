@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from harness_gym.metrics import tool_call_validity_by_format
 from harness_gym.space import BASE_CONFIG, FACTORS, HarnessConfig
 
 CLASS_ORDER = ("training", "heldout", "in_space", "preset", "out_of_space", "custom")
@@ -118,6 +119,7 @@ def summarize(records: Sequence[Mapping[str, Any]], *, resamples: int = 2000, se
         "overall": {
             "pass_at_1": _mean([float(r["passed"]) for r in scored]),
             "tool_call_validity": _ratio(scored, "valid_tool_calls", "tool_calls"),
+            "tool_call_validity_by_format": tool_call_validity_by_format(r.get("tool_calls_by_format") for r in scored),
             "parse_errors_per_step": _ratio(scored, "parse_errors", "steps"),
             "mean_steps": _mean([r.get("steps", 0) for r in scored]),
             "prompt_tokens": sum(r.get("tokens", {}).get("prompt", 0) for r in scored),

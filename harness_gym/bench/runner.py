@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness_gym.design import TRAINING_SET, heldout_set
+from harness_gym.metrics import tool_calls_by_format
 from harness_gym.presets import OUT_OF_SPACE, PRESETS
 from harness_gym.sandboxes.isolation import die_with_parent
 from harness_gym.space import BASE_CONFIG, HarnessConfig, all_configs
@@ -203,6 +204,7 @@ def episode_record(base: Mapping[str, Any], result: Any, agent: Any, seconds: fl
         "parse_errors": parse_errors,
         "tool_errors": tool_errors,
         "no_call_steps": sum(1 for i in steps if not i.get("parsed_calls")),
+        "tool_calls_by_format": tool_calls_by_format(steps),
         "tokens": {"prompt": int(usage.get("prompt_tokens", 0)), "completion": int(usage.get("completion_tokens", 0))},
         "durations": {"episode_s": seconds, "agent_s": result.agent_s, "env_s": max(seconds - result.agent_s, 0.0)},
         "spec_hash": result.spec_hash,
