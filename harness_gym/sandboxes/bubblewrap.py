@@ -20,7 +20,7 @@ from pathlib import Path
 
 from harness_gym.sandboxes import isolation
 from harness_gym.sandboxes.base import (
-    CONTROL_DIR,
+    BIN_DIR,
     GRADER_DIR,
     HARNESS_DIR,
     TOOLS_DIR,
@@ -28,6 +28,7 @@ from harness_gym.sandboxes.base import (
     SandboxError,
     copy_grader_files,
     register_backend,
+    sealed_binaries_dir,
     tool_scripts_dir,
 )
 from harness_gym.sandboxes.shell import ShellSandbox, kill_process_group, run_oneshot
@@ -146,8 +147,7 @@ class BubblewrapSandbox(ShellSandbox):
             global _uid_cursor
             self._lease = isolation.UidLease.acquire(_uid_cursor)
             _uid_cursor += 1
-            for folder in (self.workspace, self._control):
-                isolation.chown_tree(folder, self._lease.uid, self._lease.uid)
+            isolation.chown_tree(self.workspace, self._lease.uid, self._lease.uid)
             name = f"{self._lease.uid}"
             memory = isolation.make_cgroup("memory", name, {"memory.limit_in_bytes": str(self.memory_mb << 20)})
             pids = isolation.make_cgroup("pids", name, {"pids.max": str(self.max_processes)})
@@ -195,17 +195,30 @@ class BubblewrapSandbox(ShellSandbox):
 
     # ------------------------------------------------------------------ ShellSandbox
 
-    def _spawn_shell(self) -> subprocess.Popen[bytes]:
-        argv = self._launcher() + self._bwrap_argv() + ["/bin/bash", "--noprofile", "--norc"]
+    def _spawn_shell(self, shell_argv: list[str], pass_fds: Sequence[int]) -> subprocess.Popen[bytes]:
+        argv = self._launcher() + self._bwrap_argv() + shell_argv
         return subprocess.Popen(
             argv,
-            stdin=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,  # bwrap's init keeps fds 0-2: nothing there may be a protocol pipe
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             env=self._env(),
+            pass_fds=tuple(pass_fds),
             bufsize=0,
         )
+
+    def _sealed(self) -> Path | None:
+        return sealed_binaries_dir("/bin/bash", self.python)
+
+    def _shell_program(self) -> str:
+        return f"{BIN_DIR}/bash" if self._sealed() is not None else "/bin/bash"
+
+    def _server_python(self) -> str | None:
+        return f"{BIN_DIR}/python3" if self._sealed() is not None else self.python
+
+    def _channel_owner(self) -> int | None:
+        return self._lease.uid if self._lease is not None else None
 
     def _start_shell(self) -> None:
         try:
@@ -267,7 +280,10 @@ class BubblewrapSandbox(ShellSandbox):
             argv += ["--size", str(self.tmp_size_mb << 20), "--tmpfs", path]
         for host, inside in self.extra_ro_binds.items():
             argv += ["--ro-bind", host, inside]
-        argv += ["--ro-bind", str(tool_scripts_dir()), TOOLS_DIR, "--ro-bind", str(self._control), CONTROL_DIR]
+        argv += ["--ro-bind", str(tool_scripts_dir()), TOOLS_DIR]
+        sealed = self._sealed()
+        if sealed is not None:
+            argv += ["--ro-bind", str(sealed), BIN_DIR]
         argv += ["--bind", str(self.workspace), self._mount_path]
         for kind, host, inside in binds:  # after the workspace, so a grader may sit inside it
             argv += [kind, host, inside]

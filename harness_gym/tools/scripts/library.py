@@ -1,6 +1,6 @@
 """The harness tool library. Runs INSIDE the sandbox (python3 -I -S, standard library only).
 
-Usage: library.py PAYLOAD.json with {"op": name, "args": {...}, "root": workspace mount path}.
+Usage: library.py PAYLOAD.json (or :func:`handle` in the tool server) with {"op": name, "args": {...}, "root": workspace mount path}.
 Prints the result; exits 1 on a tool error. Each op is one tool; tools are our own design:
 the HarnessAdapt-style library (read_file, edit_file, view_diff, restore_file, run_check,
 delivery_evidence, search) and imitations of two external harnesses' conventions (cc_*: Claude
@@ -446,21 +446,24 @@ def op_oc_process(root, args):
 OPS = {name[3:]: function for name, function in dict(globals()).items() if name.startswith("op_")}
 
 
+def handle(payload):
+    """Run one library call; returns (text, exit status). Used by the script and by the tool server."""
+    try:
+        op = payload.get("op")
+        if op not in OPS:
+            raise ToolError(f"unknown library tool {op!r}")
+        return OPS[op](payload.get("root") or os.getcwd(), payload.get("args") or {}) + "\n", 0
+    except (ToolError, OSError) as error:
+        return f"Error: {error}\n", 1
+
+
 def main():
-    with open(sys.argv[1], encoding="utf-8") as handle:
-        payload = json.load(handle)
-    op = payload.get("op")
-    if op not in OPS:
-        raise ToolError(f"unknown library tool {op!r}")
-    return OPS[op](payload.get("root") or os.getcwd(), payload.get("args") or {})
+    with open(sys.argv[1], encoding="utf-8") as handle_:
+        payload = json.load(handle_)
+    text, status = handle(payload)
+    sys.stdout.write(text)
+    sys.exit(status)
 
 
 if __name__ == "__main__":
-    try:
-        sys.stdout.write(main() + "\n")
-    except ToolError as error:
-        sys.stdout.write(f"Error: {error}\n")
-        sys.exit(1)
-    except OSError as error:
-        sys.stdout.write(f"Error: {error}\n")
-        sys.exit(1)
+    main()
