@@ -111,6 +111,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         self.sandbox: Sandbox | None = None
         self.workspace: Path | None = None
         self.tool_interface = self._static_interface
+        self._tool_schemas = self.tool_interface.schemas()
         self.messages: list[Message] = []  # what the policy sees next
         self.transcript: list[Message] = []  # everything, never compressed
         self.records: list[TurnRecord] = []
@@ -137,12 +138,18 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         else:
             self.tool_interface = self._static_interface
             self._episode_spec_hash = self.spec_hash
+        # one copy per episode, shared by its observations (the engine copies nothing per step; the
+        # interface keeps its own schemas, so a consumer that edits this list changes only its episode)
+        self._tool_schemas = self.tool_interface.schemas()
         self.formatter = ObservationFormatter(self.harness_spec, episode_rng)
         self.workflow = Workflow(self.harness_spec)
 
         self.sandbox = self._sandbox_for(self.task)
-        self.workspace = self.sandbox.new_workspace()
-        self.task.materialize(self.workspace)
+        layered = getattr(self.sandbox, "new_layered_workspace", None)  # copy-on-write where the backend can
+        self.workspace = layered(self.task.workspace_sources(), self.task.materialize) if layered else None
+        if self.workspace is None:
+            self.workspace = self.sandbox.new_workspace()
+            self.task.materialize(self.workspace)
         self.sandbox.start(self.workspace, self.task.mount_path, self.task.hidden_paths)
         self.context = ContextManager(self.harness_spec, self.summarizer, self.sandbox.write_file, self.task.mount_path)
 
@@ -420,7 +427,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         }
 
     def _observation(self) -> dict[str, Any]:
-        return {"messages": [_copy_message(m) for m in self.messages], "tools": self.tool_interface.schemas()}
+        return {"messages": [_copy_message(m) for m in self.messages], "tools": self._tool_schemas}
 
     def _end_episode(self) -> None:
         if self.sandbox is not None:

@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 # Paths inside every sandbox. The harness's own files live under HARNESS_DIR, read-only.
 HARNESS_DIR = "/.harness"
 TOOLS_DIR = f"{HARNESS_DIR}/tools"
+ORIGINAL_DIR = f"{HARNESS_DIR}/original"  # the starting workspace, read-only, under a layered workspace
 BIN_DIR = f"{HARNESS_DIR}/bin"  # execute-only copies of the shell and Python (see sealed_binaries_dir)
 CONTROL_DIR = f"{HARNESS_DIR}/ctl"
 GRADER_DIR = f"{HARNESS_DIR}/grader"

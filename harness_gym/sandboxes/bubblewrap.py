@@ -15,14 +15,15 @@ import shutil
 import subprocess
 import tempfile
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from harness_gym.sandboxes import isolation
+from harness_gym.sandboxes import isolation, layers
 from harness_gym.sandboxes.base import (
     BIN_DIR,
     GRADER_DIR,
     HARNESS_DIR,
+    ORIGINAL_DIR,
     TOOLS_DIR,
     CommandResult,
     SandboxError,
@@ -115,6 +116,7 @@ class BubblewrapSandbox(ShellSandbox):
         self.workspace_root = workspace_root
         self._bwrap = _require_bwrap()
         self.workspace: Path | None = None
+        self._layer: Path | None = None  # the shared read-only layer under a copy-on-write workspace
         self._mount_path = ""
         self._lease: isolation.UidLease | None = None
         self._cgroups: list[Path] = []
@@ -128,6 +130,18 @@ class BubblewrapSandbox(ShellSandbox):
         """A fresh, empty host folder for the next episode (a size-limited tmpfs where possible)."""
         self._release_workspace()
         self.workspace, _ = isolation.new_workspace(self.workspace_size_mb, self.workspace_root)
+        self._sync_state()
+        return self.workspace
+
+    def new_layered_workspace(self, sources: Sequence[Path], fill: Callable[[Path], None]) -> Path | None:
+        """A copy-on-write workspace over the shared layer that ``fill`` makes from ``sources`` (once per
+        host), or None where the host cannot (not root, no overlayfs or idmapped mounts): then use
+        :meth:`new_workspace` and copy. Only what the agent changes is held per episode."""
+        if not layers.available():
+            return None
+        self._release_workspace()
+        self._layer = layers.shared_layer(sources, fill)
+        self.workspace = layers.prepare(self.workspace_size_mb, self.workspace_root)
         self._sync_state()
         return self.workspace
 
@@ -147,7 +161,10 @@ class BubblewrapSandbox(ShellSandbox):
             global _uid_cursor
             self._lease = isolation.UidLease.acquire(_uid_cursor)
             _uid_cursor += 1
-            isolation.chown_tree(self.workspace, self._lease.uid, self._lease.uid)
+            if self._layer is not None and not os.path.ismount(self.workspace):
+                layers.mount(self.workspace, self._layer, self._lease.uid)
+            else:
+                isolation.chown_tree(self.workspace, self._lease.uid, self._lease.uid)
             name = f"{self._lease.uid}"
             memory = isolation.make_cgroup("memory", name, {"memory.limit_in_bytes": str(self.memory_mb << 20)})
             pids = isolation.make_cgroup("pids", name, {"pids.max": str(self.max_processes)})
@@ -284,6 +301,8 @@ class BubblewrapSandbox(ShellSandbox):
         sealed = self._sealed()
         if sealed is not None:
             argv += ["--ro-bind", str(sealed), BIN_DIR]
+        if self._layer is not None:  # the starting workspace, for the library's view_diff / restore_file
+            argv += ["--ro-bind", str(self._layer), ORIGINAL_DIR]
         argv += ["--bind", str(self.workspace), self._mount_path]
         for kind, host, inside in binds:  # after the workspace, so a grader may sit inside it
             argv += [kind, host, inside]
@@ -323,6 +342,7 @@ class BubblewrapSandbox(ShellSandbox):
         if self.workspace is not None:
             isolation.release_workspace(self.workspace)
             self.workspace = None
+        self._layer = None
         self._sync_state()
 
     def _sync_state(self) -> None:

@@ -166,6 +166,11 @@ def new_workspace(size_mb: int | None, root: str | Path | None = None) -> tuple[
 
 def release_workspace(path: Path) -> None:
     """Unmount (if it is a mount) and delete a workspace or control folder."""
+    from harness_gym.sandboxes import layers
+
+    if layers.is_layered(path):  # a copy-on-write workspace: its whole episode folder goes
+        layers.release(path)
+        return
     if not path.exists():
         return
     if os.path.ismount(path):

@@ -17,7 +17,9 @@ import subprocess
 import sys
 import time
 
-SNAPSHOT = "/tmp/.harness_snapshot"
+# the starting workspace: the read-only layer under a copy-on-write workspace, else a copy in /tmp
+ORIGINAL = "/.harness/original"
+SNAPSHOT = ORIGINAL if os.path.isdir(ORIGINAL) else "/tmp/.harness_snapshot"
 STATE = "/tmp/.harness_state.json"
 SKIP_DIRS = {".git", "__pycache__", ".harness_context", "node_modules", ".pytest_cache", ".mypy_cache"}
 CHECK_CAP_S = 45
@@ -122,6 +124,8 @@ def _bytes(path):
 
 
 def op_snapshot(root, args):
+    if SNAPSHOT == ORIGINAL:
+        return "snapshot: the starting workspace is mounted read-only"
     shutil.rmtree(SNAPSHOT, ignore_errors=True)
     shutil.copytree(root, SNAPSHOT, symlinks=True, ignore=shutil.ignore_patterns(*SKIP_DIRS))
     return "snapshot taken"
