@@ -131,7 +131,9 @@ def test_inline_tools_cannot_reach_the_server_channel(box):
 @pytest.mark.parametrize("size", [999, 1000, 1001, 1002, 65_537, 300_000])
 def test_output_caps_are_exact(box, size):
     result = box.run(f"head -c {size} /dev/zero | tr '\\0' x")
-    body = re.sub(r"\n\[\.\.\. \d+ bytes of output elided; showing the first and last \d+ \.\.\.\]\n", "", result.output)
+    body = re.sub(
+        r"\n\[\.\.\. \d+ bytes of output elided; showing the first and last \d+ \.\.\.\]\n", "", result.output
+    )
     assert len(body) <= 1000
     assert len(body) + result.elided_chars == size
     assert (result.elided_chars > 0) == (size > 1000)
@@ -146,7 +148,7 @@ def test_odd_timeouts_give_an_observation(box):
 def test_commands_keep_shell_semantics(box):
     weird = "printf '%s\\n' \"it's\" 'a \"quote\"' $'tab\\there'; cat <<'EOF'\n$HOME `x`\nEOF\necho ü \x00end"
     result = box.run(weird)
-    assert result.output == "it's\na \"quote\"\ntab\there\n$HOME `x`\nü end\n" and result.exit_code == 0
+    assert result.output == 'it\'s\na "quote"\ntab\there\n$HOME `x`\nü end\n' and result.exit_code == 0
     assert box.run("f() { echo from-f; }; alias q=true").exit_code == 0
     assert box.run("f").output == "from-f\n"
     assert box.run("if true; then").exit_code == 2  # a syntax error is the command's error

@@ -117,6 +117,7 @@ class BubblewrapSandbox(ShellSandbox):
         self._bwrap = _require_bwrap()
         self.workspace: Path | None = None
         self._layer: Path | None = None  # the shared read-only layer under a copy-on-write workspace
+        self._previous_uid: int | None = None
         self._mount_path = ""
         self._lease: isolation.UidLease | None = None
         self._cgroups: list[Path] = []
@@ -159,8 +160,14 @@ class BubblewrapSandbox(ShellSandbox):
         self._open_control()
         if isolation.is_root():
             global _uid_cursor
-            self._lease = isolation.UidLease.acquire(_uid_cursor)
-            _uid_cursor += 1
+            # a sandbox asks for its previous uid first: its copy-on-write layer's idmapping is cached per uid
+            previous = self._previous_uid
+            self._lease = isolation.UidLease.acquire(
+                _uid_cursor if previous is None else previous - isolation.UID_BASE
+            )
+            if previous is None:
+                _uid_cursor += 1
+            self._previous_uid = self._lease.uid
             if self._layer is not None and not os.path.ismount(self.workspace):
                 layers.mount(self.workspace, self._layer, self._lease.uid)
             else:

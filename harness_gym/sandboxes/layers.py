@@ -81,8 +81,10 @@ def signature(sources: Sequence[Path]) -> str:
             dirs.sort()
             for name in sorted(files) + dirs:
                 info = os.lstat(os.path.join(current, name))
-                digest.update(f"{os.path.relpath(os.path.join(current, name), source)}|{info.st_size}|"
-                              f"{info.st_mtime_ns}|{info.st_mode}\n".encode())
+                digest.update(
+                    f"{os.path.relpath(os.path.join(current, name), source)}|{info.st_size}|"
+                    f"{info.st_mtime_ns}|{info.st_mode}\n".encode()
+                )
     return digest.hexdigest()[:24]
 
 
@@ -173,7 +175,11 @@ def _idmapped_bind(source: Path, target: Path, uid: int) -> None:
         attributes = _MountAttr(_MOUNT_ATTR_IDMAP | _MOUNT_ATTR_RDONLY, 0, 0, _userns_for(uid))
         _check(
             libc.syscall(
-                _SYS_MOUNT_SETATTR, tree, b"", _AT_EMPTY_PATH | _AT_RECURSIVE, ctypes.byref(attributes),
+                _SYS_MOUNT_SETATTR,
+                tree,
+                b"",
+                _AT_EMPTY_PATH | _AT_RECURSIVE,
+                ctypes.byref(attributes),
                 ctypes.sizeof(attributes),
             ),
             "mount_setattr",
