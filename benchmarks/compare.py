@@ -134,7 +134,15 @@ def optional_peers() -> tuple[dict[str, Call], list[Callable[[], None]], list[st
         from minisweagent.environments.local import LocalEnvironment
 
         local = LocalEnvironment()
-        calls["mini-swe-agent LocalEnvironment"] = lambda: local.execute("true")
+
+        def mini() -> Any:
+            try:
+                return local.execute({"command": "true"})  # 2.x takes an action mapping
+            except AttributeError:
+                return local.execute("true")  # 1.x takes the command
+
+        mini()
+        calls["mini-swe-agent LocalEnvironment"] = mini
     except Exception as exc:  # absent or incompatible: a notice, not a failure
         notices.append(f"mini-swe-agent skipped ({type(exc).__name__}: {exc}); pip install 'harness-gym[compare]'")
     try:
@@ -144,9 +152,11 @@ def optional_peers() -> tuple[dict[str, Call], list[Callable[[], None]], list[st
         loop = asyncio.new_event_loop()
         runtime = LocalRuntime()
         loop.run_until_complete(runtime.create_session(CreateBashSessionRequest()))
-        calls["SWE-ReX local runtime"] = lambda: loop.run_until_complete(
-            runtime.run_in_session(BashAction(command="true"))
-        )
+        def swerex() -> Any:
+            return loop.run_until_complete(runtime.run_in_session(BashAction(command="true")))
+
+        swerex()
+        calls["SWE-ReX local runtime"] = swerex
         closers.append(lambda: (loop.run_until_complete(runtime.close()), loop.close()))
     except Exception as exc:
         notices.append(f"SWE-ReX skipped ({type(exc).__name__}: {exc}); pip install 'harness-gym[compare]'")

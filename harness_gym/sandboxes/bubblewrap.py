@@ -40,7 +40,8 @@ SYSTEM_DIRS: tuple[str, ...] = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib
 PRIVATE_TMPFS: tuple[str, ...] = ("/tmp", "/root", "/home", "/run", "/var/tmp")
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _RESERVED = ("/usr", "/bin", "/sbin", "/lib", "/etc", "/proc", "/dev", "/sys", HARNESS_DIR)
-_uid_cursor = 0
+# where this process starts looking for a free sandbox uid: random, so processes rarely contend
+_uid_cursor = int.from_bytes(os.urandom(2), "big")
 
 
 def bubblewrap_available() -> bool:
@@ -162,9 +163,7 @@ class BubblewrapSandbox(ShellSandbox):
             global _uid_cursor
             # a sandbox asks for its previous uid first: its copy-on-write layer's idmapping is cached per uid
             previous = self._previous_uid
-            self._lease = isolation.UidLease.acquire(
-                _uid_cursor if previous is None else previous - isolation.UID_BASE
-            )
+            self._lease = isolation.UidLease.acquire(_uid_cursor if previous is None else previous - isolation.UID_BASE)
             if previous is None:
                 _uid_cursor += 1
             self._previous_uid = self._lease.uid
@@ -245,6 +244,18 @@ class BubblewrapSandbox(ShellSandbox):
         return self._lease.uid if self._lease is not None else None
 
     def _start_shell(self) -> None:
+        # a restart re-creates a cgroup that vanished meanwhile (removed by another process's
+        # reclaim): joining it must not fail, and its limits must not silently go
+        if self._lease is not None and any(not group.is_dir() for group in self._cgroups):
+            name = f"{self._lease.uid}"
+            limits = {
+                "memory": {"memory.limit_in_bytes": str(self.memory_mb << 20)},
+                "pids": {"pids.max": str(self.max_processes)},
+            }
+            remade = [
+                isolation.make_cgroup(_controller(group), name, limits[_controller(group)]) for group in self._cgroups
+            ]
+            self._cgroups = [g for g in remade if g is not None]
         try:
             super()._start_shell()
         finally:
@@ -360,6 +371,12 @@ class BubblewrapSandbox(ShellSandbox):
             control=self._control,
             workspace=self.workspace,
         )
+
+
+def _controller(group: Path) -> str:
+    """The v1 controller a cgroup folder belongs to (memory or pids)."""
+    relative = group.relative_to(isolation.CGROUP_ROOT)
+    return relative.parts[0]
 
 
 def _finalize(state: dict) -> None:  # type: ignore[type-arg]

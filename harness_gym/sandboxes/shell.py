@@ -15,6 +15,11 @@ execute-only copies), so the agent's processes cannot open their descriptors thr
 their memory. Docker's ``exec`` passes only stdin/stdout/stderr: there the status goes over the
 shell's stderr, and the per-command nonce is what keeps stale or forged records out.
 
+What this does not cover: agent code that runs *inside* the shell process (shell functions, traps,
+builtins) is the shell. It shares the shell's memory and descriptors, so it can misreport the status
+of the commands it runs in (as `false` can); the host still never hangs past a timeout, never raises,
+and never counts a record from any other process or for any other command.
+
 Output is capped exactly: at most ``output_limit_chars`` bytes of head and tail plus one elision note.
 A command that outlives its timeout takes the whole process tree with it and a new shell is started;
 the result says so. The non-bash tools run in a persistent Python tool server (see
@@ -212,7 +217,7 @@ class ShellSandbox(ABC):
             return self._request({"kind": "write", "path": path, "content": content}, None)
         quoted = shlex.quote(path)
         return self.run(
-            f"__hg_d={_quote(content)}; command mkdir -p -- \"$(command dirname -- {quoted})\" && "
+            f'__hg_d={_quote(content)}; command mkdir -p -- "$(command dirname -- {quoted})" && '
             f"printf '%s' \"$__hg_d\" > {quoted}; __hg_s=$?; unset __hg_d; (exit $__hg_s)"
         )
 
@@ -298,7 +303,7 @@ class ShellSandbox(ABC):
             shell = self._shell_program()
             # an orphaned launcher (not a job of the shell, so `wait` and `kill %1` do not see it) that
             # execs the server when the first request's start byte arrives
-            launcher = "read -r -N 1 _ && exec \"$0\" -I -S \"$1\""
+            launcher = 'read -r -N 1 _ && exec "$0" -I -S "$1"'
             lines.append(
                 f"( {shlex.quote(shell)} --noprofile --norc -c {shlex.quote(launcher)} {shlex.quote(server)} "
                 f"{self.tools_dir}/server.py 0<&{request_fd} 1>&{reply_fd} 2>/dev/null 3>&- "
@@ -455,10 +460,13 @@ class ShellSandbox(ABC):
         reply, ended = self._exchange(channels, frame, timeout)
         duration = time.perf_counter() - started
         if reply is not None and reply.get("id") == request_id:
-            text, elided = elide(str(reply.get("output", "")).encode("utf-8", errors="replace"), self.output_limit_chars)
+            text, elided = elide(
+                str(reply.get("output", "")).encode("utf-8", errors="replace"), self.output_limit_chars
+            )
             code = reply.get("exit_code")
-            return CommandResult(text, code if isinstance(code, int) else None, duration, elided_chars=elided,
-                                 pid=self.shell_pid)
+            return CommandResult(
+                text, code if isinstance(code, int) else None, duration, elided_chars=elided, pid=self.shell_pid
+            )
         partial = CommandResult("", None, duration, pid=self.shell_pid)
         if ended == "done":  # a reply that is not this request's: the server is not to be trusted
             ended = "eof"
