@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from harness_gym import HarnessEnv
-from harness_gym.sandboxes import BubblewrapSandbox, layers
+from harness_gym.sandboxes import BubblewrapSandbox, isolation, layers
 from harness_gym.tasks.base import Task
 
 Call = Callable[[], Any]
@@ -144,7 +144,8 @@ def optional_peers() -> tuple[dict[str, Call], list[Callable[[], None]], list[st
         mini()
         calls["mini-swe-agent LocalEnvironment"] = mini
     except Exception as exc:  # absent or incompatible: a notice, not a failure
-        notices.append(f"mini-swe-agent skipped ({type(exc).__name__}: {exc}); pip install 'harness-gym[compare]'")
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        notices.append(f"mini-swe-agent skipped ({type(exc).__name__}: {first}); pip install 'harness-gym[compare]'")
     try:
         from swerex.runtime.abstract import BashAction, CreateBashSessionRequest
         from swerex.runtime.local import LocalRuntime
@@ -152,6 +153,7 @@ def optional_peers() -> tuple[dict[str, Call], list[Callable[[], None]], list[st
         loop = asyncio.new_event_loop()
         runtime = LocalRuntime()
         loop.run_until_complete(runtime.create_session(CreateBashSessionRequest()))
+
         def swerex() -> Any:
             return loop.run_until_complete(runtime.run_in_session(BashAction(command="true")))
 
@@ -159,7 +161,8 @@ def optional_peers() -> tuple[dict[str, Call], list[Callable[[], None]], list[st
         calls["SWE-ReX local runtime"] = swerex
         closers.append(lambda: (loop.run_until_complete(runtime.close()), loop.close()))
     except Exception as exc:
-        notices.append(f"SWE-ReX skipped ({type(exc).__name__}: {exc}); pip install 'harness-gym[compare]'")
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        notices.append(f"SWE-ReX skipped ({type(exc).__name__}: {first}); pip install 'harness-gym[compare]'")
     return calls, closers, notices
 
 
@@ -284,33 +287,62 @@ def tools_and_context(rounds: int, task: Task) -> dict[str, dict[str, float]]:
 
 
 def resets(rounds: int, sizes: dict[str, tuple[int, int]], root: Path) -> dict[str, dict[str, float]]:
-    """Workspace plus shell start, copy-on-write and copied, interleaved across sizes."""
+    """Workspace resets (release the previous one, make the next), copy-on-write and copied, interleaved
+    across sizes; and full resets (workspace plus a new shell) at the smallest and largest size."""
     sources = {
         label: make_workspace(root / label.replace(" ", "_"), total, files) for label, (total, files) in sizes.items()
     }
-    box = BubblewrapSandbox(workspace_size_mb=2048)
+    uid = isolation.UID_BASE + isolation.UID_COUNT - 1 if isolation.is_root() else None
     contenders: dict[str, Call] = {}
+    boxes: list[BubblewrapSandbox] = []
+    held: dict[str, Path | None] = {}
+
+    def fill_from(source: Path) -> Callable[[Path], None]:
+        return lambda destination: shutil.copytree(source, destination, dirs_exist_ok=True, symlinks=True)
+
     for label, source in sources.items():
+        fill = fill_from(source)
+        if layers.available():
+            layer = layers.shared_layer([source], fill)
 
-        def fill(destination: Path, source: Path = source) -> None:
-            shutil.copytree(source, destination, dirs_exist_ok=True, symlinks=True)
+            def layered(key: str = f"cow {label}", layer: Path = layer) -> None:
+                if held.get(key) is not None:
+                    layers.release(held[key])  # type: ignore[arg-type]
+                held[key] = layers.prepare(2048)
+                layers.mount(held[key], layer, uid)  # type: ignore[arg-type]
 
-        def layered(source: Path = source, fill: Callable[[Path], None] = fill) -> None:
+            contenders[f"workspace reset, copy-on-write, {label}"] = layered
+
+        def copied(key: str = f"copy {label}", fill: Callable[[Path], None] = fill) -> None:
+            if held.get(key) is not None:
+                isolation.release_workspace(held[key])  # type: ignore[arg-type]
+            held[key], _ = isolation.new_workspace(2048)
+            fill(held[key])  # type: ignore[arg-type]
+            if uid is not None:
+                isolation.chown_tree(held[key], uid, uid)  # type: ignore[arg-type]
+
+        contenders[f"workspace reset, copied, {label}"] = copied
+    for label in (next(iter(sources)), list(sources)[-1]):
+        source, fill = sources[label], fill_from(sources[label])
+        box = BubblewrapSandbox(workspace_size_mb=2048)
+        boxes.append(box)
+
+        def full(box: BubblewrapSandbox = box, source: Path = source, fill: Callable[[Path], None] = fill) -> None:
             workspace = box.new_layered_workspace([source], fill)
-            box.start(workspace, "/workspace")  # type: ignore[arg-type]
-
-        def copied(fill: Callable[[Path], None] = fill) -> None:
-            workspace = box.new_workspace()
-            fill(workspace)
+            if workspace is None:
+                workspace = box.new_workspace()
+                fill(workspace)
             box.start(workspace, "/workspace")
 
-        if layers.available():
-            contenders[f"copy-on-write reset, {label}"] = layered
-        contenders[f"copied reset, {label}"] = copied
+        contenders[f"full reset (workspace + new shell), {label}"] = full
     try:
         return interleave(contenders, rounds)
     finally:
-        box.close()
+        for box in boxes:
+            box.close()
+        for key, path in held.items():
+            if path is not None:
+                (layers.release if key.startswith("cow") else isolation.release_workspace)(path)
         for source in sources.values():
             with contextlib.suppress(OSError):
                 shutil.rmtree(Path(tempfile.gettempdir()) / f"{layers.LAYER_PREFIX}{layers.signature([source])}")
@@ -438,7 +470,7 @@ def check_targets(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     value = ratio(tools, "env.step C2 (S0T0O0C2W0)", "env.step C0 (S0T0O0C0W0)", "p50_ms")
     checks["C2 step vs C0 step"] = {"value": value, "target": "<= 1.5x", "met": value <= TARGETS["c2_vs_c0_step"]}
     for name, row in result["reset"].items():
-        if name.startswith("copy-on-write"):
+        if name.startswith("workspace reset, copy-on-write"):
             checks[f"{name} p50 ms"] = {
                 "value": row["p50_ms"],
                 "target": "<= 15 ms",
@@ -480,7 +512,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     resets = result["reset"]
     right.barh(list(resets), [row["p50_ms"] for row in resets.values()])
     right.set_xscale("log")
-    right.set_xlabel("reset p50, ms (workspace + shell start, log scale)")
+    right.set_xlabel("reset p50, ms (log scale)")
     right.set_title("Reset against workspace size")
     right.tick_params(axis="y", labelsize=8)
     figure.tight_layout()

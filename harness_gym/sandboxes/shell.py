@@ -35,6 +35,7 @@ import fcntl
 import json
 import math
 import os
+import re
 import secrets
 import select
 import shlex
@@ -296,7 +297,17 @@ class ShellSandbox(ABC):
             return self._shell_setup() + "exec 4>&1; printf '%s %s\\n' hello \"$$\" >&2\n"
         command_fd, status_fd = passed[0], passed[1]
         # fd 4: the output pipe, so each command's output goes there even after an `exec >file`
-        lines = [f"exec {command_fd}<&- 3>&{status_fd} {status_fd}>&- 4>&1", self._shell_setup().rstrip("\n")]
+        # __hf: the descriptor bash reads this script from (255 as a rule; bash closes it in subshells)
+        find_script_fd = (
+            f"__hf=255; [[ /proc/$$/fd/255 -ef /proc/$$/fd/{command_fd} ]] || "
+            f"for __hf in {{254..5}}; do [[ $__hf != {command_fd} && /proc/$$/fd/$__hf -ef /proc/$$/fd/{command_fd} ]] "
+            "&& break; done"
+        )
+        lines = [
+            find_script_fd,
+            f"exec {command_fd}<&- 3>&{status_fd} {status_fd}>&- 4>&1",
+            self._shell_setup().rstrip("\n"),
+        ]
         server = self._server_python()
         if server is not None:
             request_fd, reply_fd = passed[2], passed[3]
@@ -309,17 +320,28 @@ class ShellSandbox(ABC):
                 f"{self.tools_dir}/server.py 0<&{request_fd} 1>&{reply_fd} 2>/dev/null 3>&- "
                 f"{request_fd}<&- {reply_fd}>&- & ); exec {request_fd}<&- {reply_fd}>&-"
             )
+        run = (
+            'IFS= read -r -u "$__hf" -N 24 __hh; IFS= read -r -u "$__hf" -N "$((16#${__hh:0:8}))" __he; '
+            'printf -v __hc %b "$__he"; unset __he; '
+            'eval "$__hc" </dev/null >&4 2>&1 3>&- 4>&-; printf "%s %s\\n" "${__hh:8}" "$?" >&3'
+        )
+        lines += ["shopt -s expand_aliases", f"alias __hg={shlex.quote(run)}"]
         lines.append("printf '%s %s\\n' hello \"$$\" >&3")
         return "\n".join(lines) + "\n"
 
     def _send_command(self, command: str) -> str:
-        nonce = secrets.token_hex(16)
-        status_fd = "3" if self.status_channel == "socket" else "2"
-        closing = " 3>&- 4>&-" if self.status_channel == "socket" else " 4>&-"
+        nonce = secrets.token_hex(8)
+        if self.status_channel == "socket":
+            # bash reads a script from a pipe one byte per read(2): the script says only `__hg`; the
+            # header (length, nonce) and the command follow as `read -N` blocks, the command as ASCII
+            # (so its length means the same in every locale), decoded by printf %b
+            payload = _ascii_escaped(command) or b" "
+            self._write(b"__hg\n%08x%s" % (len(payload), nonce.encode()) + payload)
+            return nonce
         self._write(
             (
                 f"__hg_c={_quote(command)}\n"
-                f'eval "$__hg_c" </dev/null >&4 2>&1{closing}; printf \'%s %s\\n\' {nonce} "$?" >&{status_fd}\n'
+                f'eval "$__hg_c" </dev/null >&4 2>&1 4>&-; printf \'%s %s\\n\' {nonce} "$?" >&2\n'
             ).encode()
         )
         return nonce
@@ -548,6 +570,15 @@ def _quote(text: str) -> str:
     return "'" + text.replace("\0", "").replace("'", "'\\''") + "'"
 
 
+_NEEDS_ESCAPE = re.compile(rb"[\\\\\x80-\xff]")
+
+
+def _ascii_escaped(command: str) -> bytes:
+    """``command`` as ASCII for ``printf %b``: backslashes doubled, other bytes >= 0x80 as \\xHH."""
+    data = command.replace("\0", "").encode("utf-8", errors="replace")
+    return _NEEDS_ESCAPE.sub(lambda m: b"\\\\" if m.group() == b"\\" else b"\\x%02x" % m.group()[0], data)
+
+
 def _with_here_document(command: str, body: str) -> str:
     """``command`` with ``body`` on its stdin through a here-document whose delimiter cannot occur in it."""
     delimiter = f"__HG_{secrets.token_hex(8)}"
@@ -566,8 +597,7 @@ def kill_process_group(proc: subprocess.Popen[bytes]) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(child, 9)
     if children:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=2)
+        _wait_for_exit(proc, 2)
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, 9)
@@ -575,8 +605,25 @@ def kill_process_group(proc: subprocess.Popen[bytes]) -> None:
         if stream is not None:
             with contextlib.suppress(OSError):
                 stream.close()
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
+    _wait_for_exit(proc, 10)
+
+
+def _wait_for_exit(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """Wait for ``proc`` to exit, at most ``timeout`` seconds, and reap it. A pidfd wakes us the
+    moment it exits (``Popen.wait(timeout)`` polls with sleeps of up to 50 ms: a slower reset)."""
+    if proc.poll() is not None:
+        return
+    try:
+        handle = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=timeout)
+        return
+    try:
+        select.select([handle], [], [], timeout)
+    finally:
+        os.close(handle)
+    proc.poll()
 
 
 def _children(pid: int) -> list[int]:
