@@ -45,6 +45,7 @@ from harness_gym.sandboxes import BubblewrapSandbox, isolation, layers
 from harness_gym.tasks.base import Task
 
 Call = Callable[[], Any]
+EPISODE_STEPS = 30  # episodes end, as real ones do (the context grows with every step)
 BWRAP = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-all", "--die-with-parent"]
 TARGETS = {
     "round_trip_p50_vs_floor": 2.0,
@@ -121,7 +122,7 @@ class Stepper:
     def __call__(self) -> None:
         _, _, terminated, truncated, _ = self.env.step(self.action)
         self.overheads.append(self.env.last_step_timing["overhead_s"])
-        if terminated or truncated:
+        if terminated or truncated or self.env.steps >= EPISODE_STEPS:
             self.env.reset(seed=1)
 
 
@@ -575,7 +576,7 @@ def main() -> None:
         print("tools and context ...", flush=True)
         result["tools_and_context"] = tools_and_context(rounds, small)
         print("resets ...", flush=True)
-        result["reset"] = resets(max(rounds // 3, 10), sizes, root / "sizes")
+        result["reset"] = resets(10 if args.quick else 30, sizes, root / "sizes")
         print("throughput ...", flush=True)
         result["throughput"] = throughput([1, 2, 8], 3 if args.quick else 10)
         print("idle memory ...", flush=True)
