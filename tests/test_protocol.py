@@ -153,3 +153,12 @@ def test_commands_keep_shell_semantics(box):
     assert box.run("f").output == "from-f\n"
     assert box.run("if true; then").exit_code == 2  # a syntax error is the command's error
     assert box.run("echo still").output == "still\n"
+
+
+def test_lone_surrogates_and_odd_text_reach_tools_and_shell(box):
+    odd = "a\ud800b \\x41 %s \u00e9"
+    assert box.run(f"printf '%s' {shlex.quote(odd)} | wc -c").exit_code == 0
+    assert box.write_file(f"{ROOT}/odd.txt", odd).exit_code == 0
+    view = box.run_tool("file_editor.py", {"command": "view", "path": "odd.txt", "root": ROOT})
+    assert view.exit_code == 0 and "\\x41 %s \u00e9" in view.output
+    assert box.run("pwd").output == f"{ROOT}\n"  # no restart happened

@@ -1,12 +1,15 @@
 """The persistent-shell protocol shared by process-based sandboxes (bubblewrap, Docker, unsafe-host).
 
 A backend starts one shell per episode. Nothing is written to disk per command: the host sends each
-command over a pipe as a shell-quoted literal, which the shell ``eval``s at top level (so ``cd`` and
-``export`` persist) with stdin /dev/null and stderr joined to stdout.
+command over a pipe, which the shell ``eval``s at top level (so ``cd`` and ``export`` persist) with
+stdin /dev/null and stderr joined to stdout. Bash reads a script from a pipe one byte per read(2), so
+(bubblewrap, unsafe-host) the script line is only the alias ``__hg``; a fixed header (length, nonce)
+and the command follow as ``read -N`` blocks, the command ASCII-escaped for ``printf %b`` so that its
+length means the same in every locale. Docker's ``sh`` gets the command as a shell-quoted literal.
 
 End of a command: after the ``eval`` the shell writes ``<nonce> <status>`` on a status channel that is
 not the output stream. The nonce is fresh for every command and travels only inside the command pipe,
-which bash closes in every subshell and child. Where the backend allows it (bubblewrap, unsafe-host)
+which bash reads as its script descriptor: bash closes that in every subshell and child. Where the backend allows it (bubblewrap, unsafe-host)
 the status channel is a unix seqpacket socket with ``SO_PASSCRED``: a record counts only when the
 kernel says the shell process itself sent it, so no process the agent starts can end a command early
 or attribute output to the wrong command, even one that holds a copy of the socket or learns a nonce.
@@ -342,7 +345,7 @@ class ShellSandbox(ABC):
             (
                 f"__hg_c={_quote(command)}\n"
                 f'eval "$__hg_c" </dev/null >&4 2>&1 4>&-; printf \'%s %s\\n\' {nonce} "$?" >&2\n'
-            ).encode()
+            ).encode("utf-8", errors="replace")
         )
         return nonce
 
@@ -476,7 +479,7 @@ class ShellSandbox(ABC):
         started = time.perf_counter()
         request_id = secrets.token_hex(16)
         request = dict(request, id=request_id, limit=self.output_limit_chars)
-        body = json.dumps(request, ensure_ascii=False, default=str).encode("utf-8", errors="surrogatepass")
+        body = json.dumps(request, default=str).encode()  # ASCII: lone surrogates travel as \\u escapes
         frame = (b"" if channels.server_started else b"G") + _FRAME.pack(len(body)) + body
         channels.server_started = True
         reply, ended = self._exchange(channels, frame, timeout)
