@@ -24,6 +24,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -122,10 +123,16 @@ def shared_layer(sources: Sequence[Path], fill: Callable[[Path], None]) -> Path:
 
 _USERNS: OrderedDict[int, int] = OrderedDict()  # uid -> user-namespace fd mapping 0 to it
 _USERNS_KEEP = 64
+_USERNS_LOCK = threading.Lock()
 
 
 def _userns_for(uid: int) -> int:
     """A user namespace whose uid and gid 0 are ``uid`` (an idmapped mount's mapping), cached."""
+    with _USERNS_LOCK:  # environments in threads share the cache
+        return _make_userns(uid)
+
+
+def _make_userns(uid: int) -> int:
     if uid in _USERNS:
         _USERNS.move_to_end(uid)
         return _USERNS[uid]
