@@ -153,7 +153,15 @@ def optional_peers() -> tuple[dict[str, Call], list[Callable[[], None]], list[st
 
         loop = asyncio.new_event_loop()
         runtime = LocalRuntime()
-        loop.run_until_complete(runtime.create_session(CreateBashSessionRequest()))
+        home = os.environ.get("HOME")
+        os.environ["HOME"] = tempfile.mkdtemp(prefix="harness-gym-swerex-home-")  # no user rc files
+        try:
+            loop.run_until_complete(runtime.create_session(CreateBashSessionRequest()))
+        finally:
+            if home is None:
+                os.environ.pop("HOME", None)
+            else:
+                os.environ["HOME"] = home
 
         def swerex() -> Any:
             return loop.run_until_complete(runtime.run_in_session(BashAction(command="true")))
