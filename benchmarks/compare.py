@@ -558,6 +558,43 @@ def print_table(result: dict[str, Any]) -> None:
         print(f"  {'met   ' if check['met'] else 'MISSED'} {name}: {check['value']:.3f} (target {check['target']})")
 
 
+def markdown(result: dict[str, Any]) -> str:
+    """The README's Speed tables, from a result."""
+    idle, busy = result["round_trip"]["idle"], result["round_trip"]["busy_disk"]
+    lines = [
+        "| `true` round trip | p50 ms | p90 ms | p50 ms, disk busy | p90 ms, disk busy |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, row in idle.items():
+        lines.append(
+            f"| {name} | {row['p50_ms']:.3f} | {row['p90_ms']:.3f} | {busy[name]['p50_ms']:.3f} | "
+            f"{busy[name]['p90_ms']:.3f} |"
+        )
+    lines += ["", "| operation | p50 ms | p90 ms |", "|---|---:|---:|"]
+    rows = {**result["tools_and_context"], **result["reset"]}
+    rows.update({f"engine overhead per step, {k}": v for k, v in result["engine_overhead"].items()})
+    for name, row in rows.items():
+        lines.append(f"| {name} | {row['p50_ms']:.3f} | {row['p90_ms']:.3f} |")
+    lines += [
+        "",
+        "| episodes/s (reference agent, builtin:eval) | workers | episodes | failures |",
+        "|---:|---:|---:|---:|",
+    ]
+    for row in result["throughput"]:
+        lines.append(f"| {row['episodes_per_s']:.2f} | {row['workers']} | {row['episodes']} | {row['failures']} |")
+    lines += ["", "| idle environments, 100 MB task | processes MB each | workspace RAM MB each | total MB |"]
+    lines.append("|---:|---:|---:|---:|")
+    for row in result["idle_memory"]:
+        lines.append(
+            f"| {row['environments']} | {row['process_pss_mb_each']:.2f} | {row['workspace_ram_mb_each']:.2f} | "
+            f"{row['total_mb']:.0f} |"
+        )
+    lines += ["", "| target | value | met |", "|---|---:|:---:|"]
+    for name, check in result["targets"].items():
+        lines.append(f"| {name} ({check['target']}) | {check['value']:.3f} | {'yes' if check['met'] else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer rounds, no 300 MB workspace, up to 16 envs")
@@ -598,7 +635,8 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     plot(result, args.out.with_suffix(".png"))
-    print(f"\nwritten to {args.out} and {args.out.with_suffix('.png')}")
+    args.out.with_suffix(".md").write_text(markdown(result))
+    print(f"\nwritten to {args.out}, {args.out.with_suffix('.png')} and {args.out.with_suffix('.md')}")
 
 
 if __name__ == "__main__":
