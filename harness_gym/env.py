@@ -442,7 +442,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         if source is not self.messages:
             observed = [self._copy_once(m) for m in self.messages]
             self._observed = (self.messages, observed)
-        return {"messages": list(observed), "tools": self._tool_schemas}
+        return {"messages": list(observed), "tools": list(self._tool_schemas)}
 
     def _copy_once(self, message: Message) -> Message:
         known = self._message_copies.get(id(message))
