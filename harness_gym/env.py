@@ -118,6 +118,10 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         self.sandbox: Sandbox | None = None
         self.workspace: Path | None = None
         self.tool_interface = self._static_interface
+        self._tool_schemas = self.tool_interface.schemas()
+        self._message_copies: dict[int, tuple[Message, Message]] = {}
+        self._observed: tuple[list[Message] | None, list[Message]] = (None, [])
+        self._chars_cache: tuple[list[Message] | None, int] = (None, 0)
         self.messages: list[Message] = []  # what the policy sees next
         self.transcript: list[Message] = []  # everything, never compressed
         self.records: list[TurnRecord] = []
@@ -145,12 +149,19 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         else:
             self.tool_interface = self._static_interface
             self._episode_spec_hash = self.spec_hash
+        # one copy per episode, shared by its observations (the engine copies nothing per step; the
+        # interface keeps its own schemas, so a consumer that edits this list changes only its episode)
+        self._tool_schemas = self.tool_interface.schemas()
+        self._message_copies = {}
         self.formatter = ObservationFormatter(self.harness_spec, episode_rng)
         self.workflow = Workflow(self.harness_spec)
 
         self.sandbox = self._sandbox_for(self.task)
-        self.workspace = self.sandbox.new_workspace()
-        self.task.materialize(self.workspace)
+        layered = getattr(self.sandbox, "new_layered_workspace", None)  # copy-on-write where the backend can
+        self.workspace = layered(self.task.workspace_sources(), self.task.materialize) if layered else None
+        if self.workspace is None:
+            self.workspace = self.sandbox.new_workspace()
+            self.task.materialize(self.workspace)
         self.sandbox.start(self.workspace, self.task.mount_path, self.task.hidden_paths)
         self.context = ContextManager(self.harness_spec, self.summarizer, self.sandbox.write_file, self.task.mount_path)
 
@@ -256,7 +267,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         if not terminated:
             responses += self.workflow.after_step(self.steps)
             self.hook_state.step = self.steps
-            self.hook_state.context_chars = sum(len(m["content"]) for m in self.messages) + sum(
+            self.hook_state.context_chars = self._context_chars() + sum(
                 len(m["content"]) for m in (assistant, *responses)
             )
             for firing in self.hooks.run("step", self.hook_state) + self.hooks.run("budget", self.hook_state):
@@ -272,7 +283,12 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             if not truncated and self.steps >= self.harness_spec["budget"]["max_steps"]:
                 truncated = True
                 info["truncation_reason"] = f"step budget of {self.harness_spec['budget']['max_steps']} steps exhausted"
+        added = sum(len(m["content"]) for m in (assistant, *responses))
+        previous, previous_chars = self.messages, self._context_chars()
         self.messages = [*self.messages, assistant, *responses]
+        self._chars_cache = (self.messages, previous_chars + added)
+        if self._observed[0] is previous:  # extend the observed copies instead of redoing them
+            self._observed = (self.messages, self._observed[1] + [self._copy_once(m) for m in (assistant, *responses)])
         self.transcript += self._transcript_entries(assistant, parsed.calls, responses)
         self.records.append(record)
 
@@ -496,7 +512,27 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         }
 
     def _observation(self) -> dict[str, Any]:
-        return {"messages": [_copy_message(m) for m in self.messages], "tools": self.tool_interface.schemas()}
+        # each message is copied once, when first observed, not at every step (the engine never
+        # changes a message it has shown; a consumer that edits one changes only its own view)
+        source, observed = self._observed
+        if source is not self.messages:
+            observed = [self._copy_once(m) for m in self.messages]
+            self._observed = (self.messages, observed)
+        return {"messages": list(observed), "tools": list(self._tool_schemas)}
+
+    def _copy_once(self, message: Message) -> Message:
+        known = self._message_copies.get(id(message))
+        if known is None or known[0] is not message:
+            known = self._message_copies[id(message)] = (message, _copy_message(message))
+        return known[1]
+
+    def _context_chars(self) -> int:
+        """Characters in the context, remembered per message list (so not recounted at every step)."""
+        cached_list, chars = self._chars_cache
+        if cached_list is not self.messages:
+            chars = sum(len(m["content"]) for m in self.messages)
+            self._chars_cache = (self.messages, chars)
+        return chars
 
     def _end_episode(self) -> None:
         if self.sandbox is not None:

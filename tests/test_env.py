@@ -248,3 +248,16 @@ def test_task_time_limit_truncates_and_grades():
     assert truncated and not terminated and info["truncation_reason"] == "time limit of 0.5 s exceeded"
     assert info["reward_breakdown"]  # graded
     env.close()
+
+
+def test_editing_an_observation_never_reaches_the_engine():
+    env = HarnessEnv("S0T0O0C0W0")
+    observation, _ = env.reset(seed=0)
+    original = env.messages[1]["content"]
+    observation["messages"][1]["content"] = "rewritten by the consumer"
+    observation["messages"].clear()
+    observation["tools"].clear()
+    following, *_ = env.step("Thinking, without a tool call.")
+    assert env.messages[1]["content"] == original
+    assert len(following["messages"]) == len(env.messages) and following["tools"]
+    env.close()

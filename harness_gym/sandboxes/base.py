@@ -18,6 +18,8 @@ from typing import Any, Protocol, runtime_checkable
 # Paths inside every sandbox. The harness's own files live under HARNESS_DIR, read-only.
 HARNESS_DIR = "/.harness"
 TOOLS_DIR = f"{HARNESS_DIR}/tools"
+ORIGINAL_DIR = f"{HARNESS_DIR}/original"  # the starting workspace, read-only, under a layered workspace
+BIN_DIR = f"{HARNESS_DIR}/bin"  # execute-only copies of the shell and Python (see sealed_binaries_dir)
 CONTROL_DIR = f"{HARNESS_DIR}/ctl"
 GRADER_DIR = f"{HARNESS_DIR}/grader"
 
@@ -150,6 +152,36 @@ def tool_scripts_dir() -> Path:
         except OSError:  # another process won the race
             shutil.rmtree(staging, ignore_errors=True)
     return target
+
+
+@functools.cache
+def sealed_binaries_dir(shell: str, python: str) -> Path | None:
+    """Execute-only copies of the shell and Python (as ``bash`` and ``python3``), mounted at BIN_DIR.
+
+    Why: the kernel makes a process started from a file it may not read non-dumpable. The agent's
+    processes run as the same user as the sandbox's shell and tool server, but cannot then open
+    their descriptors under /proc/PID/fd, read their memory or ptrace them, so the protocol's pipes
+    stay between the host and those two processes. Keyed by the originals' path, size and mtime;
+    None where a copy cannot be made (the originals are then used).
+    """
+    try:
+        sources = [Path(shell).resolve(strict=True), Path(python).resolve(strict=True)]
+        identity = repr([(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in sources])
+    except OSError:
+        return None
+    target = Path(tempfile.gettempdir()) / f"harness-gym-bin-{hashlib.sha256(identity.encode()).hexdigest()[:16]}"
+    if target.is_dir():
+        return target
+    staging = Path(tempfile.mkdtemp(prefix="harness-gym-bin-staging-"))
+    try:
+        for name, source in zip(("bash", "python3"), sources, strict=True):
+            shutil.copyfile(source, staging / name)
+            os.chmod(staging / name, 0o111)
+        os.chmod(staging, 0o755)
+        staging.rename(target)
+    except OSError:  # another process won the race, or the copy failed
+        shutil.rmtree(staging, ignore_errors=True)
+    return target if target.is_dir() else None
 
 
 def remove_tree(path: Path) -> None:

@@ -16,19 +16,21 @@ import shutil
 import subprocess
 import warnings
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from harness_gym.sandboxes import isolation
+from harness_gym.sandboxes import isolation, layers
 from harness_gym.sandboxes.base import (
-    CONTROL_DIR,
+    BIN_DIR,
     GRADER_DIR,
     HARNESS_DIR,
+    ORIGINAL_DIR,
     TOOLS_DIR,
     CommandResult,
     SandboxError,
     copy_grader_files,
     register_backend,
+    sealed_binaries_dir,
     tool_scripts_dir,
 )
 from harness_gym.sandboxes.options import DEFAULTS
@@ -40,7 +42,8 @@ SYSTEM_DIRS: tuple[str, ...] = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib
 PRIVATE_TMPFS: tuple[str, ...] = ("/tmp", "/root", "/home", "/run", "/var/tmp")
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _RESERVED = ("/usr", "/bin", "/sbin", "/lib", "/etc", "/proc", "/dev", "/sys", HARNESS_DIR)
-_uid_cursor = 0
+# where this process starts looking for a free sandbox uid: random, so processes rarely contend
+_uid_cursor = int.from_bytes(os.urandom(2), "big")
 _group_names = itertools.count()
 
 
@@ -137,6 +140,8 @@ class BubblewrapSandbox(ShellSandbox):
             raise SandboxError(f"system_root {self.system_root} is not a root filesystem with /usr/bin/bash")
         self._bwrap = _require_bwrap()
         self.workspace: Path | None = None
+        self._layer: Path | None = None  # the shared read-only layer under a copy-on-write workspace
+        self._previous_uid: int | None = None
         self._mount_path = ""
         self._lease: isolation.UidLease | None = None
         self._cgroups: list[Path] = []
@@ -150,6 +155,19 @@ class BubblewrapSandbox(ShellSandbox):
         """A fresh, empty host folder for the next episode (a size-limited tmpfs where possible)."""
         self._release_workspace()
         self.workspace, self._workspace_is_tmpfs = isolation.new_workspace(self.workspace_size_mb, self.workspace_root)
+        self._sync_state()
+        return self.workspace
+
+    def new_layered_workspace(self, sources: Sequence[Path], fill: Callable[[Path], None]) -> Path | None:
+        """A copy-on-write workspace over the shared layer that ``fill`` makes from ``sources`` (once per
+        host), or None where the host cannot (not root, no overlayfs or idmapped mounts): then use
+        :meth:`new_workspace` and copy. Only what the agent changes is held per episode."""
+        if not layers.available():
+            return None
+        self._release_workspace()
+        self._layer = layers.shared_layer(sources, fill)
+        self.workspace = layers.prepare(self.workspace_size_mb, self.workspace_root)
+        isolation.registry().add("dir", self.workspace)  # reclaimed (mounts too) if this process is killed
         self._sync_state()
         return self.workspace
 
@@ -167,11 +185,17 @@ class BubblewrapSandbox(ShellSandbox):
         self._control = isolation.private_folder("harness-gym-ctl-")
         if isolation.is_root():
             global _uid_cursor
-            self._lease = isolation.UidLease.acquire(_uid_cursor)
-            _uid_cursor += 1
+            # a sandbox asks for its previous uid first: its copy-on-write layer's idmapping is cached per uid
+            previous = self._previous_uid
+            self._lease = isolation.UidLease.acquire(_uid_cursor if previous is None else previous - isolation.UID_BASE)
+            if previous is None:
+                _uid_cursor += 1
+            self._previous_uid = self._lease.uid
             isolation.registry().add("uid", self._lease.uid)
-            for folder in (self.workspace, self._control):
-                isolation.chown_tree(folder, self._lease.uid, self._lease.uid)
+            if self._layer is not None and not os.path.ismount(self.workspace):
+                layers.mount(self.workspace, self._layer, self._lease.uid)
+            else:
+                isolation.chown_tree(self.workspace, self._lease.uid, self._lease.uid)
             name = f"{self._lease.uid}"
         else:
             name = f"{os.getpid()}-{next(_group_names)}"
@@ -264,19 +288,44 @@ class BubblewrapSandbox(ShellSandbox):
 
     # ------------------------------------------------------------------ ShellSandbox
 
-    def _spawn_shell(self) -> subprocess.Popen[bytes]:
-        argv = self._launcher() + self._bwrap_argv() + ["/bin/bash", "--noprofile", "--norc"]
+    def _spawn_shell(self, shell_argv: list[str], pass_fds: Sequence[int]) -> subprocess.Popen[bytes]:
+        argv = self._launcher() + self._bwrap_argv() + shell_argv
         return subprocess.Popen(
             argv,
-            stdin=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,  # bwrap's init keeps fds 0-2: nothing there may be a protocol pipe
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             env=self._env(),
+            pass_fds=tuple(pass_fds),
             bufsize=0,
         )
 
+    def _sealed(self) -> Path | None:
+        return sealed_binaries_dir("/bin/bash", self.python)
+
+    def _shell_program(self) -> str:
+        return f"{BIN_DIR}/bash" if self._sealed() is not None else "/bin/bash"
+
+    def _server_python(self) -> str | None:
+        return f"{BIN_DIR}/python3" if self._sealed() is not None else self.python
+
+    def _channel_owner(self) -> int | None:
+        return self._lease.uid if self._lease is not None else None
+
     def _start_shell(self) -> None:
+        # a restart re-creates a cgroup that vanished meanwhile (removed by another process's
+        # reclaim): joining it must not fail, and its limits must not silently go
+        if self._lease is not None and any(not group.is_dir() for group in self._cgroups):
+            name = f"{self._lease.uid}"
+            limits = {
+                "memory": {"memory.limit_in_bytes": str(self.memory_mb << 20)},
+                "pids": {"pids.max": str(self.max_processes)},
+            }
+            remade = [
+                isolation.make_cgroup(_controller(group), name, limits[_controller(group)]) for group in self._cgroups
+            ]
+            self._cgroups = [g for g in remade if g is not None]
         try:
             super()._start_shell()
         finally:
@@ -337,7 +386,12 @@ class BubblewrapSandbox(ShellSandbox):
             argv += ["--size", str(self.tmp_size_mb << 20), "--tmpfs", path]
         for host, inside in self.extra_ro_binds.items():
             argv += ["--ro-bind", host, inside]
-        argv += ["--ro-bind", str(tool_scripts_dir()), TOOLS_DIR, "--ro-bind", str(self._control), CONTROL_DIR]
+        argv += ["--ro-bind", str(tool_scripts_dir()), TOOLS_DIR]
+        sealed = self._sealed()
+        if sealed is not None:
+            argv += ["--ro-bind", str(sealed), BIN_DIR]
+        if self._layer is not None:  # the starting workspace, for the library's view_diff / restore_file
+            argv += ["--ro-bind", str(self._layer), ORIGINAL_DIR]
         argv += ["--bind", str(self.workspace), self._mount_path]
         for kind, host, inside in binds:  # after the workspace, so a grader may sit inside it
             argv += [kind, host, inside]
@@ -381,6 +435,7 @@ class BubblewrapSandbox(ShellSandbox):
         if self.workspace is not None:
             isolation.release_workspace(self.workspace)
             self.workspace = None
+        self._layer = None
         self._sync_state()
 
     def _sync_state(self) -> None:
@@ -391,6 +446,12 @@ class BubblewrapSandbox(ShellSandbox):
             control=self._control,
             workspace=self.workspace,
         )
+
+
+def _controller(group: Path) -> str:
+    """The v1 controller a cgroup folder belongs to (memory or pids)."""
+    relative = group.relative_to(isolation.CGROUP_ROOT)
+    return relative.parts[0]
 
 
 def _finalize(state: dict) -> None:  # type: ignore[type-arg]

@@ -22,7 +22,6 @@ from typing import Any
 
 from harness_gym.sandboxes import isolation
 from harness_gym.sandboxes.base import (
-    CONTROL_DIR,
     GRADER_DIR,
     TOOLS_DIR,
     CommandResult,
@@ -33,7 +32,7 @@ from harness_gym.sandboxes.base import (
 )
 from harness_gym.sandboxes.bubblewrap import check_mount_path
 from harness_gym.sandboxes.options import DEFAULTS
-from harness_gym.sandboxes.shell import ShellSandbox, elide, kill_process_group
+from harness_gym.sandboxes.shell import ShellSandbox, elide
 
 LABEL = "harness-gym"
 OWNER_LABEL = "harness-gym.owner"  # "<hostname>:<pid>"
@@ -152,9 +151,6 @@ class DockerSandbox(ShellSandbox):
         self.workspace = Path(workspace).resolve()
         self._state["workspace"] = self.workspace
         self._mount_path = check_mount_path(mount_path)
-        self._open_control()
-        isolation.registry().add("dir", self._control)
-        self._state["control"] = self._control
         self.container = self._run_container(KEEPALIVE, extra_volumes={})
         self._state["container"] = self.container
         if hide:
@@ -200,7 +196,12 @@ class DockerSandbox(ShellSandbox):
 
     # ------------------------------------------------------------------ ShellSandbox
 
-    def _spawn_shell(self) -> subprocess.Popen[bytes]:
+    status_channel = "stderr"  # `docker exec` passes only stdin, stdout and stderr
+
+    def _shell_program(self) -> str:
+        return self.shell
+
+    def _spawn_shell(self, shell_argv: list[str], pass_fds: Sequence[int]) -> subprocess.Popen[bytes]:
         env = dict(os.environ)
         if self.docker_host:
             env["DOCKER_HOST"] = self.docker_host
@@ -209,7 +210,7 @@ class DockerSandbox(ShellSandbox):
             argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            stderr=subprocess.PIPE,  # the status channel
             start_new_session=True,
             env=env,
             bufsize=0,
@@ -232,8 +233,6 @@ class DockerSandbox(ShellSandbox):
             str(self.workspace): {"bind": self._mount_path, "mode": "rw"},
             str(tool_scripts_dir()): {"bind": TOOLS_DIR, "mode": "ro"},
         }
-        if self._control is not None:
-            volumes[str(self._control)] = {"bind": CONTROL_DIR, "mode": "ro"}
         for host, inside in extra_volumes.items():
             volumes[host] = {"bind": inside, "mode": "rw"}
         options: dict[str, Any] = {
@@ -255,18 +254,12 @@ class DockerSandbox(ShellSandbox):
             raise SandboxError(f"cannot start a container from image {self.image!r}: {exc}") from exc
 
     def _stop(self) -> None:
-        if self._proc is not None:
-            kill_process_group(self._proc)
-            self._proc = None
+        ShellSandbox._kill_all(self)  # the exec'd shell and the host ends of its pipes
         if self.container is not None:
             with contextlib.suppress(Exception):
                 self.container.remove(force=True)
             self.container = None
         self._state["container"] = None
-        if self._control is not None:
-            isolation.registry().discard("dir", self._control)
-        self._close_control()
-        self._state["control"] = None
 
     def _release_workspace(self) -> None:
         if self.workspace is not None:

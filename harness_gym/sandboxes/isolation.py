@@ -708,12 +708,17 @@ def grader_folder() -> Iterator[str]:
 
 def release_workspace(path: Path) -> None:
     """Unmount (if it is a mount) and delete a workspace or control folder."""
-    if os.path.ismount(path):
-        subprocess.run(["umount", "-l", str(path)], capture_output=True)
-    if path.exists():
-        from harness_gym.sandboxes.base import remove_tree
+    from harness_gym.sandboxes import layers
 
-        remove_tree(path)
+    if layers.is_layered(path):  # a copy-on-write workspace: its whole episode folder goes
+        layers.release(path)
+    else:
+        if os.path.ismount(path):
+            subprocess.run(["umount", "-l", str(path)], capture_output=True)
+        if path.exists():
+            from harness_gym.sandboxes.base import remove_tree
+
+            remove_tree(path)
     if _registry is not None and _registry.pid == os.getpid():
         _registry.discard("dir", path)
 

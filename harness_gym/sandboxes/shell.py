@@ -1,33 +1,113 @@
-"""The persistent-shell protocol shared by process-based sandboxes (bubblewrap, Docker).
+"""The persistent-shell protocol shared by process-based sandboxes (bubblewrap, Docker, unsafe-host).
 
-A backend starts a shell process whose stdin and stdout are pipes. Commands are written to a
-control folder that the sandbox sees read-only at CONTROL_DIR and ``source``d by the shell, so
-``cd`` and ``export`` persist; stdin is /dev/null and stderr joins stdout. The end of each command
-is recognised by a per-shell random marker that carries the exit status. Output is capped with
-head/tail elision. A command that outlives its timeout takes the whole process tree with it and a
-new shell is started; the result says so.
+A backend starts one shell per episode. Nothing is written to disk per command: the host sends each
+command over a pipe, which the shell ``eval``s at top level (so ``cd`` and ``export`` persist) with
+stdin /dev/null and stderr joined to stdout. Bash reads a script from a pipe one byte per read(2), so
+(bubblewrap, unsafe-host) the script line is only the alias ``__hg``; a fixed header (length, nonce)
+and the command follow as ``read -N`` blocks, the command ASCII-escaped for ``printf %b`` so that its
+length means the same in every locale. Docker's ``sh`` gets the command as a shell-quoted literal.
+
+End of a command: after the ``eval`` the shell writes ``<nonce> <status>`` on a status channel that is
+not the output stream. The nonce is fresh for every command and travels only inside the command pipe,
+which bash reads as its script descriptor: bash closes that in every subshell and child. Where the backend allows it (bubblewrap, unsafe-host)
+the status channel is a unix seqpacket socket with ``SO_PASSCRED``: a record counts only when the
+kernel says the shell process itself sent it, so no process the agent starts can end a command early
+or attribute output to the wrong command, even one that holds a copy of the socket or learns a nonce.
+Under bubblewrap the shell and the tool server are also non-dumpable (they are executed from
+execute-only copies), so the agent's processes cannot open their descriptors through /proc or read
+their memory. Docker's ``exec`` passes only stdin/stdout/stderr: there the status goes over the
+shell's stderr, and the per-command nonce is what keeps stale or forged records out.
+
+What this does not cover: agent code that runs *inside* the shell process (shell functions, traps,
+builtins) is the shell. It shares the shell's memory and descriptors, so it can misreport the status
+of the commands it runs in (as `false` can); the host still never hangs past a timeout, never raises,
+and never counts a record from any other process or for any other command.
+
+Output is capped exactly: at most ``output_limit_chars`` bytes of head and tail plus one elision note.
+A command that outlives its timeout takes the whole process tree with it and a new shell is started;
+the result says so. The non-bash tools run in a persistent Python tool server (see
+``tools/scripts/server.py``) started lazily at the first tool call, inside the same sandbox, with the
+same limits, on pipes only the host and the server hold.
 """
 
 from __future__ import annotations
 
+import array
 import contextlib
+import fcntl
 import json
+import math
 import os
+import re
 import secrets
 import select
 import shlex
 import shutil
+import socket
+import struct
 import subprocess
 import tempfile
+import termios
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from harness_gym.sandboxes.base import CONTROL_DIR, TOOLS_DIR, CommandResult, SandboxError
+from harness_gym.sandboxes.base import TOOLS_DIR, CommandResult, SandboxError
 
 _S = TypeVar("_S", bound="ShellSandbox")
+_CREDENTIALS = struct.calcsize("3i")
+_FRAME = struct.Struct(">I")
+
+
+@dataclass
+class _Channels:
+    """The host's ends of one shell's pipes, and the child ends to hand over at spawn."""
+
+    commands: int
+    status: socket.socket | None = None  # socket mode; None: the status comes on the shell's stderr
+    requests: int | None = None  # the tool server's request pipe (host writes)
+    replies: int | None = None  # the tool server's reply pipe (host reads)
+    child_fds: list[int] = field(default_factory=list)
+    server_started: bool = False
+
+    def close(self) -> None:
+        for fd in (self.commands, self.requests, self.replies, *self.child_fds):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.child_fds = []
+        if self.status is not None:
+            self.status.close()
+
+
+class _CappedOutput:
+    """Head and tail of a byte stream, never more than ``limit`` bytes kept (exact output caps)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.half = max(limit // 2, 1)
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if not chunk:
+            return
+        self.tail += chunk
+        excess = len(self.tail) - self.half
+        if excess > 0:
+            del self.tail[:excess]
+            self.dropped += excess
+
+    def text(self) -> tuple[str, int]:
+        return join_output(self.head, self.tail, self.dropped, self.limit)
 
 
 class ShellSandbox(ABC):
@@ -35,29 +115,37 @@ class ShellSandbox(ABC):
     the shell (:meth:`_spawn_shell`), how to kill everything (:meth:`_kill_all`), and how to grade."""
 
     python = "python3"
-    # where the sandbox sees the harness's folders (a backend without mounts overrides these)
-    control_dir = CONTROL_DIR
+    # where the sandbox sees the harness's tool scripts (a backend without mounts overrides this)
     tools_dir = TOOLS_DIR
+    # "socket": status records on a credential-checked unix socket passed as a descriptor;
+    # "stderr": on the shell's stderr (for launchers that pass only the standard descriptors)
+    status_channel: ClassVar[str] = "socket"
 
     def __init__(self, *, command_timeout_s: float = 60.0, output_limit_chars: int = 30_000) -> None:
         self.command_timeout_s = command_timeout_s
         self.output_limit_chars = output_limit_chars
         self._proc: subprocess.Popen[bytes] | None = None
         self._control: Path | None = None
-        self._marker = b""
+        self._channels: _Channels | None = None
+        self._shell_host_pid: int | None = None
         self.shell_pid: int | None = None
+        self.forged_records = 0  # status records refused (wrong sender or nonce), for tests and audits
 
     # ------------------------------------------------------------------ to implement
 
     @abstractmethod
-    def _spawn_shell(self) -> subprocess.Popen[bytes]:
-        """Start the shell process (stdin/stdout pipes, stderr joined to stdout)."""
+    def _spawn_shell(self, shell_argv: list[str], pass_fds: Sequence[int]) -> subprocess.Popen[bytes]:
+        """Start ``shell_argv`` in the sandbox with ``pass_fds`` inherited (stdout a pipe, stderr
+        joined to stdout; in "stderr" status mode: stdin a pipe and stderr a separate pipe)."""
 
     def _kill_all(self) -> None:
         """Kill the shell and every process it started (its process group; backends add to this)."""
         if self._proc is not None:
             kill_process_group(self._proc)
             self._proc = None
+        if self._channels is not None:
+            self._channels.close()
+            self._channels = None
 
     @abstractmethod
     def _stop(self) -> None:
@@ -66,6 +154,19 @@ class ShellSandbox(ABC):
     @abstractmethod
     def _release_workspace(self) -> None:
         """Remove the workspace folder."""
+
+    def _shell_program(self) -> str:
+        """The shell executable inside the sandbox (bash: the protocol uses bash redirections)."""
+        return "/bin/bash"
+
+    def _server_python(self) -> str | None:
+        """The Python that runs the persistent tool server inside the sandbox, or None for none
+        (then each tool call runs its script through the shell)."""
+        return None
+
+    def _channel_owner(self) -> int | None:
+        """The host uid the shell runs as, when it differs from ours (it must open its command pipe)."""
+        return None
 
     # ------------------------------------------------------------------ shared
 
@@ -88,49 +189,46 @@ class ShellSandbox(ABC):
 
     def run(self, command: str, timeout_s: float | None = None) -> CommandResult:
         """Run ``command`` in the persistent shell."""
-        if self._proc is None or self._control is None:
+        if self._proc is None or self._channels is None:
             raise SandboxError("sandbox is not started; call start() first (the environment does this at reset)")
-        timeout = self.command_timeout_s if timeout_s is None else timeout_s
-        (self._control / "command.sh").write_text(command + "\n", encoding="utf-8")
+        timeout = self._bounded_timeout(timeout_s)
         started = time.perf_counter()
-        self._send_command()
-        result, ended = self._collect(timeout, started)
+        nonce = self._send_command(command)
+        result, ended = self._collect(timeout, started, nonce)
         if ended == "done":
             return result
         return self._restart_after(result, timed_out=ended == "timeout", timeout=timeout)
 
     def run_tool(self, script: str, payload: Mapping[str, Any], timeout_s: float | None = None) -> CommandResult:
-        """Run the harness tool script ``script`` (in TOOLS_DIR) with a JSON payload file."""
-        if self._control is None:
-            raise SandboxError("sandbox is not started")
-        (self._control / "payload.json").write_text(json.dumps(payload), encoding="utf-8")
-        command = f"command {shlex.quote(self.python)} -I -S {self.tools_dir}/{script} {self.control_dir}/payload.json"
-        return self.run(command, timeout_s)
+        """Run the harness tool script ``script`` (in TOOLS_DIR) with a JSON payload."""
+        if self._server_python() is not None:
+            return self._request({"kind": "script", "script": script, "payload": dict(payload)}, timeout_s)
+        command = f"command {shlex.quote(self.python)} -I -S {self.tools_dir}/{script} /dev/stdin"
+        return self.run(_with_here_document(command, json.dumps(payload)), timeout_s)
 
     def run_inline(self, source: str, payload: Mapping[str, Any], timeout_s: float | None = None) -> CommandResult:
-        """Run a spec's inline Python tool ``source`` inside the sandbox with a JSON payload file."""
-        if self._control is None:
-            raise SandboxError("sandbox is not started")
-        (self._control / "inline_tool.py").write_text(source, encoding="utf-8")
-        (self._control / "payload.json").write_text(json.dumps(payload), encoding="utf-8")
-        command = (
-            f"command {shlex.quote(self.python)} -I {self.control_dir}/inline_tool.py {self.control_dir}/payload.json"
-        )
-        return self.run(command, timeout_s)
+        """Run a spec's inline Python tool ``source`` inside the sandbox; ``sys.argv[1]`` names a file
+        holding the JSON payload. In the tool server it runs in a forked child (its state and output
+        cannot touch the server), without starting an interpreter."""
+        if self._server_python() is not None:
+            return self._request({"kind": "inline", "source": source, "payload": dict(payload)}, timeout_s)
+        command = f"command {shlex.quote(self.python)} -I -c {shlex.quote(source)} /dev/stdin"
+        return self.run(_with_here_document(command, json.dumps(payload)), timeout_s)
 
     def write_file(self, path: str, content: str) -> CommandResult:
         """Write a file from inside the sandbox (so a symlink planted by the agent cannot escape)."""
-        if self._control is None:
-            raise SandboxError("sandbox is not started")
-        (self._control / "file.dat").write_text(content, encoding="utf-8")
+        if self._server_python() is not None:
+            return self._request({"kind": "write", "path": path, "content": content}, None)
         quoted = shlex.quote(path)
         return self.run(
-            f'command mkdir -p -- "$(command dirname -- {quoted})" && command cat -- {self.control_dir}/file.dat > {quoted}'
+            f'__hg_d={_quote(content)}; command mkdir -p -- "$(command dirname -- {quoted})" && '
+            f"printf '%s' \"$__hg_d\" > {quoted}; __hg_s=$?; unset __hg_d; (exit $__hg_s)"
         )
 
     # ------------------------------------------------------------------ lifecycle helpers
 
     def _open_control(self) -> Path:
+        """A private host folder for the episode (never mounted into the sandbox)."""
         self._control = Path(tempfile.mkdtemp(prefix="harness-gym-ctl-"))
         return self._control
 
@@ -139,83 +237,311 @@ class ShellSandbox(ABC):
             shutil.rmtree(self._control, ignore_errors=True)
             self._control = None
 
+    def _bounded_timeout(self, timeout_s: float | None) -> float:
+        """A usable wall-clock limit: the default when none (or a NaN, infinite or negative one) is given."""
+        if timeout_s is None or not isinstance(timeout_s, (int, float)) or not math.isfinite(timeout_s):
+            return float(self.command_timeout_s)
+        return max(float(timeout_s), 0.001)
+
     def _start_shell(self) -> None:
         """Start a shell and check that it answers; raise SandboxError with its output if not."""
-        self._marker = f"__HARNESS_GYM_DONE_{secrets.token_hex(8)}__".encode()
-        self._proc = self._spawn_shell()
+        self._shell_host_pid = None
+        channels = self._open_channels()
+        shell = self._shell_program()
+        if channels.status is not None:
+            command_fd = channels.child_fds[0]
+            argv = [shell, "--noprofile", "--norc", f"/dev/fd/{command_fd}"]
+        else:
+            argv = [shell]
+        try:
+            self._proc = self._spawn_shell(argv, tuple(channels.child_fds))
+        except BaseException:
+            channels.close()
+            raise
+        for fd in channels.child_fds:
+            os.close(fd)
+        passed, channels.child_fds = channels.child_fds, []
+        self._channels = channels
         os.set_blocking(self._proc.stdout.fileno(), False)  # type: ignore[union-attr]
-        self._send(self._shell_setup())
-        assert self._control is not None
-        (self._control / "command.sh").write_text("echo $$\n")
-        self._send_command()
-        hello, ended = self._collect(30.0, time.perf_counter())
-        if ended != "done" or hello.exit_code != 0:
+        if self._proc.stderr is not None:
+            os.set_blocking(self._proc.stderr.fileno(), False)
+        self._write(self._startup_script(passed).encode())
+        hello, ended = self._collect(30.0, time.perf_counter(), "hello", startup=True)
+        if ended != "done" or hello.exit_code is None:
             self._kill_all()
             raise SandboxError(f"{type(self).__name__} could not start a shell: {hello.output.strip() or 'no output'}")
-        self.shell_pid = int(hello.output.strip().splitlines()[-1])
+        self.shell_pid = hello.exit_code
+        hello.exit_code = 0
 
-    def _send_command(self) -> None:
-        marker = self._marker.decode()
-        self._send(
-            f". {self.control_dir}/command.sh </dev/null 2>&1\n__hg_status=$?\nprintf '\\n%s %d\\n' '{marker}' \"$__hg_status\"\n"
+    def _open_channels(self) -> _Channels:
+        command_read, command_write = os.pipe()
+        channels = _Channels(commands=command_write, child_fds=[command_read])
+        if self.status_channel != "socket":
+            os.close(command_read)  # the command pipe is the shell's stdin, made by Popen
+            channels.commands, channels.child_fds = -1, []
+            return channels
+        owner = self._channel_owner()
+        if owner is not None:
+            os.fchown(command_read, owner, owner)  # the shell opens it as /dev/fd/N
+        host_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        host_end.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        channels.status = host_end
+        channels.child_fds.append(child_end.detach())
+        if self._server_python() is not None:
+            request_read, request_write = os.pipe()
+            reply_read, reply_write = os.pipe()
+            channels.requests, channels.replies = request_write, reply_read
+            channels.child_fds += [request_read, reply_write]
+        return channels
+
+    def _startup_script(self, passed: Sequence[int]) -> str:
+        """The first code every shell runs, before any command of the agent's."""
+        if self.status_channel != "socket":
+            return self._shell_setup() + "exec 4>&1; printf '%s %s\\n' hello \"$$\" >&2\n"
+        command_fd, status_fd = passed[0], passed[1]
+        # fd 4: the output pipe, so each command's output goes there even after an `exec >file`
+        # __hf: the descriptor bash reads this script from (255 as a rule; bash closes it in subshells)
+        find_script_fd = (
+            f"__hf=255; [[ /proc/$$/fd/255 -ef /proc/$$/fd/{command_fd} ]] || "
+            f"for __hf in {{254..5}}; do [[ $__hf != {command_fd} && /proc/$$/fd/$__hf -ef /proc/$$/fd/{command_fd} ]] "
+            "&& break; done"
         )
+        lines = [
+            find_script_fd,
+            f"exec {command_fd}<&- 3>&{status_fd} {status_fd}>&- 4>&1",
+            self._shell_setup().rstrip("\n"),
+        ]
+        server = self._server_python()
+        if server is not None:
+            request_fd, reply_fd = passed[2], passed[3]
+            shell = self._shell_program()
+            # an orphaned launcher (not a job of the shell, so `wait` and `kill %1` do not see it) that
+            # execs the server when the first request's start byte arrives
+            launcher = 'read -r -N 1 _ && exec "$0" -I -S "$1"'
+            lines.append(
+                f"( {shlex.quote(shell)} --noprofile --norc -c {shlex.quote(launcher)} {shlex.quote(server)} "
+                f"{self.tools_dir}/server.py 0<&{request_fd} 1>&{reply_fd} 2>/dev/null 3>&- "
+                f"{request_fd}<&- {reply_fd}>&- & ); exec {request_fd}<&- {reply_fd}>&-"
+            )
+        run = (
+            'IFS= read -r -u "$__hf" -N 24 __hh; IFS= read -r -u "$__hf" -N "$((16#${__hh:0:8}))" __he; '
+            'printf -v __hc %b "$__he"; unset __he; '
+            'eval "$__hc" </dev/null >&4 2>&1 3>&- 4>&-; printf "%s %s\\n" "${__hh:8}" "$?" >&3'
+        )
+        lines += ["shopt -s expand_aliases", f"alias __hg={shlex.quote(run)}"]
+        lines.append("printf '%s %s\\n' hello \"$$\" >&3")
+        return "\n".join(lines) + "\n"
 
-    def _send(self, text: str) -> None:
-        assert self._proc is not None and self._proc.stdin is not None
-        with contextlib.suppress(BrokenPipeError):  # a dead shell shows up as EOF in _collect
-            self._proc.stdin.write(text.encode())
-            self._proc.stdin.flush()
+    def _send_command(self, command: str) -> str:
+        nonce = secrets.token_hex(8)
+        if self.status_channel == "socket":
+            # bash reads a script from a pipe one byte per read(2): the script says only `__hg`; the
+            # header (length, nonce) and the command follow as `read -N` blocks, the command as ASCII
+            # (so its length means the same in every locale), decoded by printf %b
+            payload = _ascii_escaped(command) or b" "
+            self._write(b"__hg\n%08x%s" % (len(payload), nonce.encode()) + payload)
+            return nonce
+        self._write(
+            (
+                f"__hg_c={_quote(command)}\n"
+                f'eval "$__hg_c" </dev/null >&4 2>&1 4>&-; printf \'%s %s\\n\' {nonce} "$?" >&2\n'
+            ).encode("utf-8", errors="replace")
+        )
+        return nonce
 
-    def _collect(self, timeout: float, started: float) -> tuple[CommandResult, str]:
-        """Read output until the end marker ('done'), a 'timeout' or end of file ('eof')."""
+    def _write(self, data: bytes) -> None:
+        assert self._proc is not None
+        fd = self._channels.commands if self._channels and self._channels.commands >= 0 else None
+        if fd is None:
+            assert self._proc.stdin is not None
+            fd = self._proc.stdin.fileno()
+        with contextlib.suppress(BrokenPipeError, OSError):  # a dead shell shows up as EOF in _collect
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+
+    def _status_fd(self) -> int:
+        assert self._proc is not None and self._channels is not None
+        if self._channels.status is not None:
+            return self._channels.status.fileno()
+        assert self._proc.stderr is not None
+        return self._proc.stderr.fileno()
+
+    def _collect(
+        self, timeout: float, started: float, nonce: str, *, startup: bool = False
+    ) -> tuple[CommandResult, str]:
+        """Read output until this command's status record ('done'), a 'timeout' or end of file ('eof').
+
+        At startup the record is ``hello <pid>``; its sender (the shell, before any agent code ran)
+        becomes the only process whose records count."""
         assert self._proc is not None and self._proc.stdout is not None
-        fd = self._proc.stdout.fileno()
-        half = max(self.output_limit_chars // 2, 1)
-        window = max(half, len(self._marker) + 32)
-        head, tail, dropped = bytearray(), bytearray(), 0
+        out_fd, status_fd = self._proc.stdout.fileno(), self._status_fd()
+        output = _CappedOutput(self.output_limit_chars)
+        pending = bytearray()  # stderr-mode status stream
         deadline = time.monotonic() + timeout
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return self._partial(head, tail, dropped, started), "timeout"
-            ready, _, _ = select.select([fd], [], [], remaining)
-            if not ready:
+                return self._partial(output, started), "timeout"
+            ready, _, _ = select.select([out_fd, status_fd], [], [], remaining)
+            if out_fd in ready:
+                try:
+                    chunk = os.read(out_fd, 1 << 16)
+                except BlockingIOError:
+                    chunk = None
+                if chunk == b"":
+                    return self._partial(output, started), "eof"
+                if chunk:
+                    output.add(chunk)
+            if status_fd not in ready:
+                continue
+            record, eof = self._read_status(status_fd, pending, startup)
+            if eof:
+                return self._partial(output, started), "eof"
+            if record is None:
+                continue
+            word, _, value = record.partition(" ")
+            if word != nonce or not value.strip().lstrip("-").isdigit():
+                self.forged_records += 1
+                continue
+            self._drain(out_fd, output)
+            text, elided = output.text()
+            return CommandResult(
+                text, int(value), time.perf_counter() - started, elided_chars=elided, pid=self.shell_pid
+            ), "done"
+
+    def _read_status(self, fd: int, pending: bytearray, startup: bool) -> tuple[str | None, bool]:
+        """One status record (or None for nothing complete yet / refused), and whether the channel ended."""
+        channels = self._channels
+        assert channels is not None
+        if channels.status is None:
+            try:
+                chunk = os.read(fd, 4096)
+            except BlockingIOError:
+                return None, False
+            if not chunk:
+                return None, True
+            pending += chunk
+            if b"\n" not in pending:
+                return None, False
+            line, _, rest = bytes(pending).partition(b"\n")
+            pending[:] = rest
+            return line.decode(errors="replace").strip(), False
+        try:
+            data, ancillary, _, _ = channels.status.recvmsg(256, socket.CMSG_SPACE(_CREDENTIALS))
+        except (BlockingIOError, InterruptedError):
+            return None, False
+        if not data:
+            return None, True
+        sender = None
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                sender = array.array("i", payload[:_CREDENTIALS])[0]
+        if startup and self._shell_host_pid is None:
+            self._shell_host_pid = sender
+        elif sender is None or sender != self._shell_host_pid:
+            self.forged_records += 1
+            return None, False
+        return data.decode(errors="replace").strip(), False
+
+    def _drain(self, fd: int, output: _CappedOutput) -> None:
+        """Read what the command wrote before its status record: what the pipe holds now, no more
+        (a background writer must not keep this command open)."""
+        available = array.array("i", [0])
+        with contextlib.suppress(OSError):
+            fcntl.ioctl(fd, termios.FIONREAD, available)
+        left = available[0]
+        while left > 0:
+            try:
+                chunk = os.read(fd, min(left, 1 << 16))
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            output.add(chunk)
+            left -= len(chunk)
+
+    def _partial(self, output: _CappedOutput, started: float) -> CommandResult:
+        text, elided = output.text()
+        return CommandResult(text, None, time.perf_counter() - started, elided_chars=elided, pid=self.shell_pid)
+
+    # ------------------------------------------------------------------ the tool server
+
+    def _request(self, request: dict[str, Any], timeout_s: float | None) -> CommandResult:
+        """One request to the in-sandbox tool server; a timeout or a dead server restarts the sandbox's
+        processes (like a shell timeout), with a note."""
+        if self._proc is None or self._channels is None:
+            raise SandboxError("sandbox is not started; call start() first (the environment does this at reset)")
+        channels = self._channels
+        assert channels.requests is not None and channels.replies is not None
+        timeout = self._bounded_timeout(timeout_s)
+        started = time.perf_counter()
+        request_id = secrets.token_hex(16)
+        request = dict(request, id=request_id, limit=self.output_limit_chars)
+        body = json.dumps(request, default=str).encode()  # ASCII: lone surrogates travel as \\u escapes
+        frame = (b"" if channels.server_started else b"G") + _FRAME.pack(len(body)) + body
+        channels.server_started = True
+        reply, ended = self._exchange(channels, frame, timeout)
+        duration = time.perf_counter() - started
+        if reply is not None and reply.get("id") == request_id:
+            text, elided = elide(
+                str(reply.get("output", "")).encode("utf-8", errors="replace"), self.output_limit_chars
+            )
+            code = reply.get("exit_code")
+            return CommandResult(
+                text, code if isinstance(code, int) else None, duration, elided_chars=elided, pid=self.shell_pid
+            )
+        partial = CommandResult("", None, duration, pid=self.shell_pid)
+        if ended == "done":  # a reply that is not this request's: the server is not to be trusted
+            ended = "eof"
+        return self._restart_after(partial, timed_out=ended == "timeout", timeout=timeout, what="tool server")
+
+    def _exchange(self, channels: _Channels, frame: bytes, timeout: float) -> tuple[dict[str, Any] | None, str]:
+        assert channels.requests is not None and channels.replies is not None
+        deadline = time.monotonic() + timeout
+        view = memoryview(frame)
+        os.set_blocking(channels.requests, False)
+        os.set_blocking(channels.replies, False)
+        received = bytearray()
+        needed: int | None = None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None, "timeout"
+            ready_read, ready_write, _ = select.select(
+                [channels.replies], [channels.requests] if view else [], [], remaining
+            )
+            if ready_write and view:
+                try:
+                    view = view[os.write(channels.requests, view) :]
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    return None, "eof"
+            if not ready_read:
                 continue
             try:
-                chunk = os.read(fd, 1 << 16)
+                chunk = os.read(channels.replies, 1 << 20)
             except BlockingIOError:
                 continue
             if not chunk:
-                return self._partial(head, tail, dropped, started), "eof"
-            tail += chunk
-            at = tail.find(self._marker)
-            if at >= 0:
-                line_end = tail.find(b"\n", at)
-                if line_end >= 0:
-                    status = int(tail[at + len(self._marker) : line_end].strip() or b"0")
-                    body = tail[:at]
-                    if body.endswith(b"\n"):
-                        body = body[:-1]
-                    text, elided = join_output(head, body, dropped, self.output_limit_chars)
-                    return CommandResult(
-                        text, status, time.perf_counter() - started, elided_chars=elided, pid=self.shell_pid
-                    ), "done"
-                continue
-            if len(tail) > window:
-                excess = len(tail) - window
-                room = max(half - len(head), 0)
-                head += tail[: min(room, excess)]
-                dropped += max(excess - room, 0)
-                del tail[:excess]
+                return None, "eof"
+            received += chunk
+            if needed is None and len(received) >= _FRAME.size:
+                needed = _FRAME.unpack_from(received)[0] + _FRAME.size
+            if needed is not None and len(received) >= needed:
+                try:
+                    return json.loads(bytes(received[_FRAME.size : needed])), "done"
+                except ValueError:
+                    return None, "eof"
 
-    def _partial(self, head: bytearray, tail: bytearray, dropped: int, started: float) -> CommandResult:
-        text, elided = join_output(head, tail, dropped, self.output_limit_chars)
-        return CommandResult(text, None, time.perf_counter() - started, elided_chars=elided, pid=self.shell_pid)
-
-    def _restart_after(self, partial: CommandResult, *, timed_out: bool, timeout: float) -> CommandResult:
+    def _restart_after(
+        self, partial: CommandResult, *, timed_out: bool, timeout: float, what: str = "command"
+    ) -> CommandResult:
         """Replace a shell that timed out or exited, and say so in the result."""
         status = None
-        if not timed_out and self._proc is not None:
+        if not timed_out and self._proc is not None and what == "command":
             try:
                 status = self._proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -223,18 +549,43 @@ class ShellSandbox(ABC):
         self._kill_all()
         if timed_out:
             note = (
-                f"The command timed out after {timeout:g} s; it and every process it started were killed. "
+                f"The {what} timed out after {timeout:g} s; it and every process it started were killed. "
                 "A new shell was started: the working directory and environment variables are reset."
             )
-        else:
+        elif what == "command":
             note = (
                 f"The shell exited (status {status}); every process it started was killed and a new shell "
                 "was started: the working directory and environment variables are reset."
+            )
+        else:
+            note = (
+                "The tool server stopped without answering; every process was killed and a new shell was "
+                "started: the working directory and environment variables are reset."
             )
         self._start_shell()
         partial.exit_code = None if timed_out else status
         partial.timed_out, partial.note, partial.pid = timed_out, note, self.shell_pid
         return partial
+
+
+def _quote(text: str) -> str:
+    """A shell single-quoted literal of ``text`` (NUL bytes, which no shell string can hold, dropped)."""
+    return "'" + text.replace("\0", "").replace("'", "'\\''") + "'"
+
+
+_NEEDS_ESCAPE = re.compile(rb"[\\\\\x80-\xff]")
+
+
+def _ascii_escaped(command: str) -> bytes:
+    """``command`` as ASCII for ``printf %b``: backslashes doubled, other bytes >= 0x80 as \\xHH."""
+    data = command.replace("\0", "").encode("utf-8", errors="replace")
+    return _NEEDS_ESCAPE.sub(lambda m: b"\\\\" if m.group() == b"\\" else b"\\x%02x" % m.group()[0], data)
+
+
+def _with_here_document(command: str, body: str) -> str:
+    """``command`` with ``body`` on its stdin through a here-document whose delimiter cannot occur in it."""
+    delimiter = f"__HG_{secrets.token_hex(8)}"
+    return f"{command} <<'{delimiter}'\n{body}\n{delimiter}"
 
 
 def kill_process_group(proc: subprocess.Popen[bytes]) -> None:
@@ -249,17 +600,33 @@ def kill_process_group(proc: subprocess.Popen[bytes]) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(child, 9)
     if children:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=2)
+        _wait_for_exit(proc, 2)
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, 9)
-    for stream in (proc.stdin, proc.stdout):
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
         if stream is not None:
             with contextlib.suppress(OSError):
                 stream.close()
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
+    _wait_for_exit(proc, 10)
+
+
+def _wait_for_exit(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """Wait for ``proc`` to exit, at most ``timeout`` seconds, and reap it. A pidfd wakes us the
+    moment it exits (``Popen.wait(timeout)`` polls with sleeps of up to 50 ms: a slower reset)."""
+    if proc.poll() is not None:
+        return
+    try:
+        handle = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=timeout)
+        return
+    try:
+        select.select([handle], [], [], timeout)
+    finally:
+        os.close(handle)
+    proc.poll()
 
 
 def _children(pid: int) -> list[int]:

@@ -84,7 +84,6 @@ class UnsafeHostSandbox(ShellSandbox):
             raise SandboxError(f"unsafe-host: cannot link {mount_path} to the workspace: {exc}") from exc
         self._link = link
         self._mount_path = mount_path
-        self.control_dir = str(self._open_control())
         self._start_shell()
 
     def grade(
@@ -107,20 +106,23 @@ class UnsafeHostSandbox(ShellSandbox):
                 ["/bin/bash", "-c", script], timeout_s, self.output_limit_chars, {**os.environ, **(env or {})}
             )
 
-    def _spawn_shell(self) -> subprocess.Popen[bytes]:
+    def _spawn_shell(self, shell_argv: list[str], pass_fds: Sequence[int]) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
-            ["/bin/bash", "--noprofile", "--norc"],
-            stdin=subprocess.PIPE,
+            shell_argv,
+            stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
             cwd=self._mount_path,
+            pass_fds=tuple(pass_fds),
             bufsize=0,
         )
 
+    def _server_python(self) -> str | None:
+        return self.python
+
     def _stop(self) -> None:
         self._kill_all()
-        self._close_control()
         if self._link is not None:
             self._link.unlink(missing_ok=True)
             self._link = None

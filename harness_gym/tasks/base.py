@@ -78,6 +78,15 @@ class Task:
         if self.workspace_dir is not None:
             shutil.copytree(self.workspace_dir, destination, dirs_exist_ok=True, symlinks=True)
 
+    def workspace_sources(self) -> tuple[Path, ...]:
+        """The folders :meth:`materialize` copies from (what a shared copy-on-write layer is named by)."""
+        sources: list[Path] = []
+        if self.workspace_from_image is not None and self.image is not None:
+            sources.append(image_folder(self.image, self.workspace_from_image))
+        if self.workspace_dir is not None:
+            sources.append(Path(self.workspace_dir))
+        return tuple(sources)
+
     def grade(self, sandbox: Sandbox, transcript: Sequence[Mapping[str, Any]] | None = None) -> GradeResult:
         """Stop the agent and grade the workspace in a fresh sandbox."""
         mount = self.grader_mount.replace("{workspace}", self.mount_path)

@@ -1,6 +1,6 @@
 """The file_editor tool. Runs INSIDE the sandbox (python3 -I -S, standard library only).
 
-Usage: file_editor.py PAYLOAD.json, where the payload holds the tool arguments plus "root" (the
+Usage: file_editor.py PAYLOAD.json (or :func:`handle` in the tool server), where the payload holds the tool arguments plus "root" (the
 workspace mount path, against which relative paths resolve). Prints the result; exits 1 on error.
 Undo history lives in the sandbox's private /tmp, so it lasts as long as the episode's shell.
 """
@@ -158,9 +158,7 @@ def undo_edit(path):
     return f"Last edit to {path} undone successfully. Here's the result of running `cat -n` on {path}:\n{numbered(old)}"
 
 
-def main():
-    with open(sys.argv[1], encoding="utf-8") as handle:
-        args = json.load(handle)
+def dispatch(args):
     root = args.get("root") or os.getcwd()
     path = os.path.normpath(os.path.join(root, args["path"]))
     command = args["command"]
@@ -177,12 +175,23 @@ def main():
     raise ToolError(f"Unknown command {command!r}: use view, create, str_replace, insert or undo_edit.")
 
 
-if __name__ == "__main__":
+def handle(args):
+    """Run one editor call; returns (text, exit status). Used by the script and by the tool server."""
     try:
-        sys.stdout.write(main() + "\n")
+        return dispatch(args) + "\n", 0
     except ToolError as error:
-        sys.stdout.write(f"Error: {error}\n")
-        sys.exit(1)
+        return f"Error: {error}\n", 1
     except OSError as error:
-        sys.stdout.write(f"Error: {error.strerror or error} ({getattr(error, 'filename', '') or ''})\n")
-        sys.exit(1)
+        return f"Error: {error.strerror or error} ({getattr(error, 'filename', '') or ''})\n", 1
+
+
+def main():
+    with open(sys.argv[1], encoding="utf-8") as handle_:
+        args = json.load(handle_)
+    text, status = handle(args)
+    sys.stdout.write(text)
+    sys.exit(status)
+
+
+if __name__ == "__main__":
+    main()

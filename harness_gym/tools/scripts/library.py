@@ -1,6 +1,6 @@
 """The harness tool library. Runs INSIDE the sandbox (python3 -I -S, standard library only).
 
-Usage: library.py PAYLOAD.json with {"op": name, "args": {...}, "root": workspace mount path}.
+Usage: library.py PAYLOAD.json (or :func:`handle` in the tool server) with {"op": name, "args": {...}, "root": workspace mount path}.
 Prints the result; exits 1 on a tool error. Each op is one tool; tools are our own design:
 the HarnessAdapt-style library (read_file, edit_file, view_diff, restore_file, run_check,
 delivery_evidence, search) and imitations of two external harnesses' conventions (cc_*: Claude
@@ -17,7 +17,9 @@ import subprocess
 import sys
 import time
 
-SNAPSHOT = "/tmp/.harness_snapshot"
+# the starting workspace: the read-only layer under a copy-on-write workspace, else a copy in /tmp
+ORIGINAL = "/.harness/original"
+SNAPSHOT = ORIGINAL if os.path.isdir(ORIGINAL) else "/tmp/.harness_snapshot"
 STATE = "/tmp/.harness_state.json"
 SKIP_DIRS = {".git", "__pycache__", ".harness_context", "node_modules", ".pytest_cache", ".mypy_cache"}
 CHECK_CAP_S = 45
@@ -122,6 +124,8 @@ def _bytes(path):
 
 
 def op_snapshot(root, args):
+    if SNAPSHOT == ORIGINAL:
+        return "snapshot: the starting workspace is mounted read-only"
     shutil.rmtree(SNAPSHOT, ignore_errors=True)
     shutil.copytree(root, SNAPSHOT, symlinks=True, ignore=shutil.ignore_patterns(*SKIP_DIRS))
     return "snapshot taken"
@@ -446,21 +450,24 @@ def op_oc_process(root, args):
 OPS = {name[3:]: function for name, function in dict(globals()).items() if name.startswith("op_")}
 
 
+def handle(payload):
+    """Run one library call; returns (text, exit status). Used by the script and by the tool server."""
+    try:
+        op = payload.get("op")
+        if op not in OPS:
+            raise ToolError(f"unknown library tool {op!r}")
+        return OPS[op](payload.get("root") or os.getcwd(), payload.get("args") or {}) + "\n", 0
+    except (ToolError, OSError) as error:
+        return f"Error: {error}\n", 1
+
+
 def main():
-    with open(sys.argv[1], encoding="utf-8") as handle:
-        payload = json.load(handle)
-    op = payload.get("op")
-    if op not in OPS:
-        raise ToolError(f"unknown library tool {op!r}")
-    return OPS[op](payload.get("root") or os.getcwd(), payload.get("args") or {})
+    with open(sys.argv[1], encoding="utf-8") as handle_:
+        payload = json.load(handle_)
+    text, status = handle(payload)
+    sys.stdout.write(text)
+    sys.exit(status)
 
 
 if __name__ == "__main__":
-    try:
-        sys.stdout.write(main() + "\n")
-    except ToolError as error:
-        sys.stdout.write(f"Error: {error}\n")
-        sys.exit(1)
-    except OSError as error:
-        sys.stdout.write(f"Error: {error}\n")
-        sys.exit(1)
+    main()

@@ -1,0 +1,268 @@
+"""Copy-on-write workspaces: the task's files shared read-only, only the agent's changes per episode.
+
+A task's starting workspace is copied once per host into a *layer* (a root-owned folder on disk,
+named by a signature of its sources, shared by every process and environment). An episode's
+workspace is an overlay mount: the layer below, read-only, and an upper folder on the episode's
+size-limited tmpfs above, so reset costs a few mounts whatever the workspace's size, RAM grows only
+with what the agent writes, and the tmpfs size limit stays a limit on what the agent writes.
+Graders mount the overlay itself, so they see exactly the agent's final view.
+
+The sandbox runs as a dedicated host uid (see :mod:`.isolation`), which must own its workspace. The
+layer is therefore shown through an *idmapped* mount that presents its root-owned files as owned by
+that uid (kernel >= 5.19, root only); where any of this is unavailable the caller copies instead.
+
+Layout of an episode folder ``D`` (a tmpfs): ``D/lower`` (the idmapped layer), ``D/upper``,
+``D/work``, ``D/merged`` (the workspace). :func:`release` detaches the whole tree at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import tempfile
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+LAYER_PREFIX = "harness-gym-layer-"
+MERGED = "merged"
+
+_CLONE_NEWUSER = 0x10000000
+_SYS_OPEN_TREE, _SYS_MOVE_MOUNT, _SYS_MOUNT_SETATTR = 428, 429, 442
+_OPEN_TREE_CLONE, _OPEN_TREE_CLOEXEC = 1, 0o2000000
+_AT_FDCWD, _AT_EMPTY_PATH, _AT_RECURSIVE = -100, 0x1000, 0x8000
+_MOVE_MOUNT_F_EMPTY_PATH = 0x4
+_MOUNT_ATTR_RDONLY, _MOUNT_ATTR_IDMAP = 0x1, 0x00100000
+_MNT_DETACH = 0x2
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> int:
+    if result < 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+    return result
+
+
+def _mount(source: str, target: str, kind: str, options: str) -> None:
+    _check(_libc().mount(source.encode(), target.encode(), kind.encode(), 0, options.encode()), f"mount {kind}")
+
+
+def _detach(path: str) -> None:
+    _libc().umount2(path.encode(), _MNT_DETACH)
+
+
+# ----------------------------------------------------------------------------- layers
+
+
+def signature(sources: Sequence[Path]) -> str:
+    """Names a layer by its sources' paths, sizes and modification times (cheap; no file is read)."""
+    digest = hashlib.sha256()
+    for source in sources:
+        digest.update(f"\0{Path(source).resolve()}\0".encode())
+        for current, dirs, files in os.walk(source):
+            dirs.sort()
+            for name in sorted(files) + dirs:
+                info = os.lstat(os.path.join(current, name))
+                digest.update(
+                    f"{os.path.relpath(os.path.join(current, name), source)}|{info.st_size}|"
+                    f"{info.st_mtime_ns}|{info.st_mode}\n".encode()
+                )
+    return digest.hexdigest()[:24]
+
+
+_LAYERS: dict[tuple[str, ...], Path] = {}
+
+
+def shared_layer(sources: Sequence[Path], fill: Callable[[Path], None]) -> Path:
+    """The read-only layer for a workspace made by ``fill`` from ``sources``, made once per host.
+
+    A process signs each set of sources once: task files are taken not to change while it runs."""
+    key = tuple(str(Path(s).resolve()) for s in sources)
+    known = _LAYERS.get(key)
+    if known is not None and known.is_dir():
+        return known
+    target = Path(tempfile.gettempdir()) / f"{LAYER_PREFIX}{signature(sources)}"
+    if target.is_dir():
+        _LAYERS[key] = target
+        return target
+    staging = Path(tempfile.mkdtemp(prefix=f"{LAYER_PREFIX}staging-"))
+    try:
+        fill(staging)
+        os.chmod(staging, 0o755)
+        staging.rename(target)
+    except OSError:
+        if not target.is_dir():
+            raise
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    _LAYERS[key] = target
+    return target
+
+
+# ----------------------------------------------------------------------------- idmapped mounts
+
+_USERNS: OrderedDict[int, int] = OrderedDict()  # uid -> user-namespace fd mapping 0 to it
+_USERNS_KEEP = 64
+_USERNS_LOCK = threading.Lock()
+
+
+def _userns_for(uid: int) -> int:
+    """A user namespace whose uid and gid 0 are ``uid`` (an idmapped mount's mapping), cached."""
+    with _USERNS_LOCK:  # environments in threads share the cache
+        return _make_userns(uid)
+
+
+def _make_userns(uid: int) -> int:
+    if uid in _USERNS:
+        _USERNS.move_to_end(uid)
+        return _USERNS[uid]
+    ready_read, ready_write = os.pipe()
+    hold_read, hold_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child only unshares and waits: nothing else runs after fork
+        status = 1
+        try:
+            os.close(ready_read)
+            os.close(hold_write)
+            if _libc().unshare(_CLONE_NEWUSER) == 0:
+                os.write(ready_write, b"1")
+                os.read(hold_read, 1)
+                status = 0
+        finally:
+            os._exit(status)
+    os.close(ready_write)
+    os.close(hold_read)
+    try:
+        if os.read(ready_read, 1) != b"1":
+            raise OSError("could not create a user namespace")
+        for name, text in (("uid_map", f"0 {uid} 1\n"), ("setgroups", "deny"), ("gid_map", f"0 {uid} 1\n")):
+            with open(f"/proc/{pid}/{name}", "w") as handle:
+                handle.write(text)
+        fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        os.close(ready_read)
+        os.close(hold_write)
+        os.waitpid(pid, 0)
+    _USERNS[uid] = fd
+    while len(_USERNS) > _USERNS_KEEP:
+        os.close(_USERNS.popitem(last=False)[1])
+    return fd
+
+
+def _idmapped_bind(source: Path, target: Path, uid: int) -> None:
+    """Mount ``source`` at ``target`` read-only, its root-owned files shown as owned by ``uid``."""
+    libc = _libc()
+    tree = _check(
+        libc.syscall(
+            _SYS_OPEN_TREE, _AT_FDCWD, str(source).encode(), _OPEN_TREE_CLONE | _OPEN_TREE_CLOEXEC | _AT_RECURSIVE
+        ),
+        "open_tree",
+    )
+    try:
+        attributes = _MountAttr(_MOUNT_ATTR_IDMAP | _MOUNT_ATTR_RDONLY, 0, 0, _userns_for(uid))
+        _check(
+            libc.syscall(
+                _SYS_MOUNT_SETATTR,
+                tree,
+                b"",
+                _AT_EMPTY_PATH | _AT_RECURSIVE,
+                ctypes.byref(attributes),
+                ctypes.sizeof(attributes),
+            ),
+            "mount_setattr",
+        )
+        _check(
+            libc.syscall(_SYS_MOVE_MOUNT, tree, b"", _AT_FDCWD, str(target).encode(), _MOVE_MOUNT_F_EMPTY_PATH),
+            "move_mount",
+        )
+    finally:
+        os.close(tree)
+
+
+# ----------------------------------------------------------------------------- episode workspaces
+
+
+def prepare(size_mb: int | None, root: str | Path | None = None) -> Path:
+    """An episode folder on a size-limited tmpfs; returns the (not yet mounted) workspace path in it."""
+    folder = Path(tempfile.mkdtemp(prefix="harness-gym-ws-", dir=root))
+    try:
+        _mount("tmpfs", str(folder), "tmpfs", f"size={int(size_mb or 1024)}m,mode=0755")
+        for name in ("lower", "upper", "work", MERGED):
+            (folder / name).mkdir()
+    except OSError:
+        _detach(str(folder))
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return folder / MERGED
+
+
+def mount(workspace: Path, layer: Path, uid: int | None) -> None:
+    """Mount the overlay at ``workspace`` (from :func:`prepare`): ``layer`` below, owned by ``uid``."""
+    folder = workspace.parent
+    lower = layer
+    if uid is not None:
+        _idmapped_bind(layer, folder / "lower", uid)
+        lower = folder / "lower"
+        os.chown(folder / "upper", uid, uid)
+    os.chmod(folder / "upper", os.stat(layer).st_mode & 0o7777)
+    options = f"lowerdir={lower},upperdir={folder / 'upper'},workdir={folder / 'work'}"
+    _mount("overlay", str(workspace), "overlay", options)
+
+
+def is_layered(path: Path) -> bool:
+    """Whether ``path`` is an episode workspace made by :func:`prepare`."""
+    return path.name == MERGED and path.parent.name.startswith("harness-gym-ws-")
+
+
+def release(workspace: Path) -> None:
+    """Unmount an episode's overlay, idmapped layer and tmpfs at once, and remove its folder."""
+    folder = workspace.parent
+    _detach(str(folder))  # lazy and recursive: the overlay and the idmapped layer go with it
+    with contextlib.suppress(OSError):
+        folder.rmdir()
+    if folder.exists() and not os.path.ismount(folder):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@functools.cache
+def available() -> bool:
+    """Whether this host can make layered workspaces (root, overlayfs, idmapped mounts)."""
+    if os.geteuid() != 0:
+        return False
+    try:
+        with open("/proc/filesystems") as handle:
+            if "overlay" not in handle.read():
+                return False
+        source = Path(tempfile.mkdtemp(prefix=f"{LAYER_PREFIX}probe-"))
+        (source / "probe").write_text("x")
+        try:
+            workspace = prepare(1)
+            try:
+                mount(workspace, source, 65_534)
+                return (workspace / "probe").stat().st_uid == 65_534
+            finally:
+                release(workspace)
+        finally:
+            shutil.rmtree(source, ignore_errors=True)
+    except OSError:
+        return False

@@ -1,0 +1,164 @@
+"""The shell and tool-server protocol against a hostile agent: forged end records, stray writers,
+/proc snooping, a killed server, exact output caps. All on the real bubblewrap sandbox."""
+
+import re
+import shlex
+
+import pytest
+from conftest import requires_bwrap
+
+from harness_gym.sandboxes import BubblewrapSandbox
+
+pytestmark = requires_bwrap
+
+ROOT = "/testbed"
+
+
+@pytest.fixture
+def box():
+    sandbox = BubblewrapSandbox(command_timeout_s=10, output_limit_chars=1000)
+    workspace = sandbox.new_workspace()
+    (workspace / "a.txt").write_text("alpha\nbeta\n")
+    sandbox.start(workspace, ROOT)
+    nonces: list[str] = []
+    send = sandbox._send_command
+
+    def recording(command):
+        nonces.append(send(command))
+        return nonces[-1]
+
+    sandbox._send_command = recording
+    sandbox.nonces = nonces
+    yield sandbox
+    sandbox.close()
+
+
+def test_printed_markers_and_fake_records_are_only_output(box):
+    box.run("true")
+    stale = box.nonces[-1]
+    fake = f"printf '%s 0\\n' {stale}; echo 'hello 2'; echo '__HARNESS_GYM_DONE_0123456789abcdef__ 0'; exit_code=0"
+    result = box.run(f"{fake}; echo after; (exit 9)")
+    assert result.exit_code == 9
+    assert result.output == f"{stale} 0\nhello 2\n__HARNESS_GYM_DONE_0123456789abcdef__ 0\nafter\n"
+
+
+def test_stray_writers_on_every_descriptor_cannot_end_a_command(box):
+    # a background subshell keeps bash's saved descriptors (the status socket among them) and sprays
+    # records with every nonce it could know, on every descriptor, while later commands run
+    spray = (
+        "( for i in $(seq 60); do for fd in 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 255; do "
+        "{ printf '%s 0\\n' hello 0123456789abcdef0123456789abcdef >&$fd; } 2>/dev/null; done; "
+        "sleep 0.02; done ) >/dev/null 2>&1 &"
+    )
+    assert box.run(spray).exit_code == 0
+    for expected in (3, 4, 5):
+        result = box.run(f"sleep 0.3; (exit {expected})")
+        assert result.exit_code == expected and not result.timed_out  # (the spray is legitimate output)
+    assert box.forged_records > 0  # forged records arrived, and were refused
+
+
+def test_background_output_later_never_shifts_status(box):
+    box.run("( sleep 0.4; echo late-output ) &")
+    first = box.run("echo now; (exit 3)")
+    assert first.exit_code == 3 and first.output == "now\n"
+    second = box.run("sleep 0.8; (exit 4)")
+    assert second.exit_code == 4 and "late-output" in second.output  # it arrived during this command
+
+
+def test_descriptor_games_in_the_command(box):
+    result = box.run("exec 3>&- 2>&-; exec 1>/dev/null; echo gone")
+    assert result.exit_code == 0
+    assert box.run("echo back; (exit 2)").exit_code == 2
+    assert box.run("exec 0</dev/null; echo $((1+1))").output == "2\n"
+
+
+def test_shell_and_server_descriptors_and_memory_are_unreachable(box):
+    assert box.run_tool("file_editor.py", {"command": "view", "path": "a.txt", "root": ROOT}).exit_code == 0
+    probe = (
+        "for p in /proc/[0-9]*; do for f in $p/fd/*; do "
+        '[ -e "$f" ] && { echo hi 2>/dev/null >"$f" && echo "wrote $f"; }; done; '
+        'head -c 1 $p/mem >/dev/null 2>&1 && echo "mem $p"; done; echo probed'
+    )
+    result = box.run(f"/bin/bash -c {shlex.quote(probe)}")  # an agent process, not the shell itself
+    assert "probed" in result.output
+    own = {m.group(1) for m in re.finditer(r"wrote (/proc/\d+)/fd", result.output)}
+    shell = f"/proc/{box.shell_pid}"
+    assert shell not in own and f"mem {shell}" not in result.output
+    server = box.run("for p in /proc/[0-9]*; do grep -l server.py $p/cmdline 2>/dev/null; done").output.split()
+    assert server, "the tool server should be running"
+    for cmdline in server:
+        pid_dir = cmdline.rsplit("/", 1)[0]
+        assert pid_dir not in own and f"mem {pid_dir}" not in result.output
+    # the protocol still works afterwards
+    assert box.run("echo fine").output == "fine\n"
+    assert "alpha" in box.run_tool("library.py", {"op": "read_file", "args": {"path": "a.txt"}, "root": ROOT}).output
+
+
+def test_nonces_are_nowhere_the_agent_can_read(box):
+    for _ in range(3):
+        box.run("true")
+    seen = box.nonces[:]
+    dump = box.run(
+        "cat /proc/[0-9]*/cmdline /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'; "
+        "grep -r . /tmp /.harness/tools 2>/dev/null; env; declare -p 2>/dev/null | grep -v __hg_c"
+    )
+    assert dump.exit_code is not None
+    assert not any(n in dump.output for n in seen)
+
+
+def test_killing_or_stopping_the_server_gives_an_observation(box):
+    assert box.run_tool("library.py", {"op": "read_file", "args": {"path": "a.txt"}, "root": ROOT}).exit_code == 0
+    box.run("pkill -9 -f server.py; sleep 0.2")
+    dead = box.run_tool("library.py", {"op": "read_file", "args": {"path": "a.txt"}, "root": ROOT})
+    assert dead.exit_code is None and "tool server" in dead.note
+    again = box.run_tool("library.py", {"op": "read_file", "args": {"path": "a.txt"}, "root": ROOT})
+    assert again.exit_code == 0 and "alpha" in again.output
+    box.run("pkill -STOP -f server.py")
+    stuck = box.run_tool("library.py", {"op": "read_file", "args": {"path": "a.txt"}, "root": ROOT}, timeout_s=1)
+    assert stuck.timed_out and "timed out" in stuck.note
+    assert box.run_tool("library.py", {"op": "read_file", "args": {"path": "a.txt"}, "root": ROOT}).exit_code == 0
+
+
+def test_inline_tools_cannot_reach_the_server_channel(box):
+    source = "import os, sys, json\nprint(sorted(os.listdir('/proc/self/fd')), json.load(open(sys.argv[1]))['k'])"
+    result = box.run_inline(source, {"k": "v"})
+    assert result.exit_code == 0 and result.output.strip().endswith("v")
+    assert result.output.startswith("['0', '1', '2', '3']")  # stdin, stdout, stderr and listdir's own
+    crash = box.run_inline("import sys\nsys.stdout.write('partial'); raise SystemExit(4)", {})
+    assert crash.exit_code == 4 and crash.output == "partial"
+
+
+@pytest.mark.parametrize("size", [999, 1000, 1001, 1002, 65_537, 300_000])
+def test_output_caps_are_exact(box, size):
+    result = box.run(f"head -c {size} /dev/zero | tr '\\0' x")
+    body = re.sub(
+        r"\n\[\.\.\. \d+ bytes of output elided; showing the first and last \d+ \.\.\.\]\n", "", result.output
+    )
+    assert len(body) <= 1000
+    assert len(body) + result.elided_chars == size
+    assert (result.elided_chars > 0) == (size > 1000)
+
+
+def test_odd_timeouts_give_an_observation(box):
+    for timeout in (float("nan"), float("inf"), -5.0, 0.0):
+        result = box.run("echo ok", timeout_s=timeout)
+        assert result.output == "ok\n" or result.timed_out
+
+
+def test_commands_keep_shell_semantics(box):
+    weird = "printf '%s\\n' \"it's\" 'a \"quote\"' $'tab\\there'; cat <<'EOF'\n$HOME `x`\nEOF\necho ü \x00end"
+    result = box.run(weird)
+    assert result.output == 'it\'s\na "quote"\ntab\there\n$HOME `x`\nü end\n' and result.exit_code == 0
+    assert box.run("f() { echo from-f; }; alias q=true").exit_code == 0
+    assert box.run("f").output == "from-f\n"
+    assert box.run("if true; then").exit_code == 2  # a syntax error is the command's error
+    assert box.run("echo still").output == "still\n"
+
+
+def test_lone_surrogates_and_odd_text_reach_tools_and_shell(box):
+    odd = "a\ud800b \\x41 %s \u00e9"
+    assert box.run(f"printf '%s' {shlex.quote(odd)} | wc -c").exit_code == 0
+    assert box.write_file(f"{ROOT}/odd.txt", odd).exit_code == 0
+    view = box.run_tool("file_editor.py", {"command": "view", "path": "odd.txt", "root": ROOT})
+    assert view.exit_code == 0 and "\\x41 %s \u00e9" in view.output
+    assert box.run("pwd").output == f"{ROOT}\n"  # no restart happened
