@@ -9,6 +9,7 @@ survives a timeout, a reset or ``close()``.
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import shutil
@@ -18,16 +19,23 @@ import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from harness_gym.sandboxes import isolation
+from harness_gym.sandboxes import isolation, seccomp
 from harness_gym.sandboxes.base import (
     CONTROL_DIR,
     GRADER_DIR,
+    GRADER_INIT_DIR,
     HARNESS_DIR,
+    SANDBOX_HOME,
     TOOLS_DIR,
     CommandResult,
     SandboxError,
+    check_mount_path,
     copy_grader_files,
+    grader_environment,
+    grader_init_dir,
+    published_copy,
     register_backend,
+    shadowed_paths,
     tool_scripts_dir,
 )
 from harness_gym.sandboxes.shell import ShellSandbox, kill_process_group, run_oneshot
@@ -37,7 +45,9 @@ SYSTEM_DIRS: tuple[str, ...] = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib
 # Folders that are private and empty in every sandbox.
 PRIVATE_TMPFS: tuple[str, ...] = ("/tmp", "/root", "/home", "/run", "/var/tmp")
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-_RESERVED = ("/usr", "/bin", "/sbin", "/lib", "/etc", "/proc", "/dev", "/sys", HARNESS_DIR)
+# The shell each sandbox starts with: an execute-only copy of bash, which the kernel runs
+# non-dumpable, so no process in the sandbox can read the shell's memory (its protocol state).
+LAUNCH_SHELL = f"{HARNESS_DIR}/bin/bash"
 _uid_cursor = 0
 
 
@@ -57,16 +67,21 @@ def _require_bwrap() -> str:
     return path
 
 
-def check_mount_path(mount_path: str) -> str:
-    """Validate where a workspace may be mounted: absolute, normalised, not over the system."""
-    if not mount_path.startswith("/") or posixpath.normpath(mount_path) != mount_path or mount_path == "/":
-        raise SandboxError(
-            f"workspace mount path must be an absolute, normalised path other than '/', got {mount_path!r}"
-        )
-    for reserved in _RESERVED:
-        if mount_path == reserved or mount_path.startswith(reserved + "/"):
-            raise SandboxError(f"workspace mount path {mount_path!r} would cover the sandbox's own {reserved}")
-    return mount_path
+@functools.cache
+def launch_shell_dir() -> Path:
+    """A folder holding an execute-only copy (mode 0111) of the host's bash, mounted at LAUNCH_SHELL's folder."""
+    bash = shutil.which("bash") or "/bin/bash"
+    return published_copy(
+        "shell", [Path(os.path.realpath(bash))], mode=0o111, rename={Path(os.path.realpath(bash)).name: "bash"}
+    )
+
+
+def _seccomp_fd() -> int:
+    """A fresh, inheritable file descriptor holding the seccomp program, for ``bwrap --seccomp``."""
+    fd = os.memfd_create("harness-gym-seccomp", 0)
+    os.write(fd, seccomp.bpf_program())
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 class BubblewrapSandbox(ShellSandbox):
@@ -186,26 +201,36 @@ class BubblewrapSandbox(ShellSandbox):
             copy_grader_files(grader_files, Path(copy))
             if self._lease is not None:
                 isolation.chown_tree(Path(copy), self._lease.uid, self._lease.uid)
-            argv = self._launcher() + self._bwrap_argv(binds=[("--bind", copy, mount)])
-            command = command.replace("{grader}", mount)
-            argv += ["/bin/bash", "--noprofile", "--norc", "-c", self._shell_setup() + command]
-            proc_env = self._env()
-            proc_env.update(env or {})
-            return run_oneshot(argv, timeout_s, self.output_limit_chars, proc_env)
+            filter_fd = _seccomp_fd()
+            try:
+                binds = [("--bind", copy, mount), ("--ro-bind", str(grader_init_dir()), GRADER_INIT_DIR)]
+                argv = self._launcher() + self._bwrap_argv(filter_fd, binds=binds)
+                command = command.replace("{grader}", mount)
+                argv += [LAUNCH_SHELL, "--noprofile", "--norc", "-c", self._shell_setup() + command]
+                proc_env = self._env()
+                proc_env.update(grader_environment(env))
+                return run_oneshot(argv, timeout_s, self.output_limit_chars, proc_env, pass_fds=(filter_fd,))
+            finally:
+                os.close(filter_fd)
 
     # ------------------------------------------------------------------ ShellSandbox
 
     def _spawn_shell(self) -> subprocess.Popen[bytes]:
-        argv = self._launcher() + self._bwrap_argv() + ["/bin/bash", "--noprofile", "--norc"]
-        return subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=self._env(),
-            bufsize=0,
-        )
+        filter_fd = _seccomp_fd()
+        try:
+            argv = self._launcher() + self._bwrap_argv(filter_fd) + [LAUNCH_SHELL, "--noprofile", "--norc"]
+            return subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=self._env(),
+                bufsize=0,
+                pass_fds=(filter_fd,),
+            )
+        finally:
+            os.close(filter_fd)
 
     def _start_shell(self) -> None:
         try:
@@ -242,7 +267,9 @@ class BubblewrapSandbox(ShellSandbox):
             "--",
         ]
 
-    def _bwrap_argv(self, binds: Sequence[tuple[str, str, str]] = ()) -> list[str]:
+    def _bwrap_argv(self, seccomp_fd: int, binds: Sequence[tuple[str, str, str]] = ()) -> list[str]:
+        """bubblewrap's arguments: the system read-only, the harness's own files absent, /proc
+        read-only (no process writes another's memory), the seccomp filter on ``seccomp_fd``."""
         assert self.workspace is not None and self._control is not None
         argv = [
             self._bwrap,
@@ -253,37 +280,39 @@ class BubblewrapSandbox(ShellSandbox):
             "sandbox",
             "--proc",
             "/proc",
+            "--remount-ro",
+            "/proc",
             "--dev",
             "/dev",
         ]
         if self._lease is not None:
             argv[1:1] = ["--unshare-user", "--uid", "0", "--gid", "0"]
+        shown: dict[str, str] = {}
         for path in SYSTEM_DIRS:
             if os.path.islink(path):
                 argv += ["--symlink", os.readlink(path), path]
             elif os.path.isdir(path):
                 argv += ["--ro-bind", path, path]
+                shown[path] = path
         for path in PRIVATE_TMPFS:
             argv += ["--size", str(self.tmp_size_mb << 20), "--tmpfs", path]
         for host, inside in self.extra_ro_binds.items():
             argv += ["--ro-bind", host, inside]
+            shown[host] = inside
+        for inside, is_folder in shadowed_paths(shown):  # harness-gym's own files, wherever installed
+            argv += ["--tmpfs", inside] if is_folder else ["--ro-bind", "/dev/null", inside]
         argv += ["--ro-bind", str(tool_scripts_dir()), TOOLS_DIR, "--ro-bind", str(self._control), CONTROL_DIR]
+        argv += ["--ro-bind", str(launch_shell_dir()), posixpath.dirname(LAUNCH_SHELL)]
         argv += ["--bind", str(self.workspace), self._mount_path]
         for kind, host, inside in binds:  # after the workspace, so a grader may sit inside it
             argv += [kind, host, inside]
-        argv += [
-            "--remount-ro",
-            "/",
-            "--chdir",
-            self._mount_path,
-            "--",
-        ]
+        argv += ["--seccomp", str(seccomp_fd), "--remount-ro", "/", "--chdir", self._mount_path, "--"]
         return argv
 
     def _env(self) -> dict[str, str]:
         return {
             "PATH": SANDBOX_PATH,
-            "HOME": "/root",
+            "HOME": SANDBOX_HOME,
             "LANG": "C.UTF-8",
             "TERM": "dumb",
             "PYTHONDONTWRITEBYTECODE": "1",

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness_gym.sandboxes.base import GRADER_DIR, Sandbox
+from harness_gym.sandboxes.base import GRADER_DIR, Sandbox, SandboxError, check_mount_path
 
 DEFAULT_GRADE_COMMAND = "python3 {grader}/grade.py"
 PAYLOAD_FILE = "payload.json"
@@ -57,6 +57,13 @@ class Task:
     time_limit_s: float | None = None  # wall-clock limit of an episode (truncated, and graded, beyond it)
     workspace_from_image: str | None = None  # the workspace is this folder of ``image`` (e.g. /testbed)
     hidden_paths: tuple[str, ...] = ()  # paths of ``image`` the agent must not see (hidden tests)
+
+    def __post_init__(self) -> None:
+        """Refuse a workspace that would be HOME or cover a system folder, whichever loader made the task."""
+        try:
+            check_mount_path(self.mount_path)
+        except SandboxError as exc:
+            raise TaskError(f"task {self.id}: {exc}") from None
 
     def materialize(self, destination: Path) -> None:
         """Copy the starting workspace into ``destination`` (an empty folder)."""

@@ -24,8 +24,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from harness_gym.sandboxes.base import SandboxError
-from harness_gym.sandboxes.bubblewrap import check_mount_path
+from harness_gym.sandboxes.base import SandboxError, check_mount_path
 from harness_gym.tasks.base import Suite, Task, TaskError, register_loader
 
 DEFAULT_MOUNT = "/root/.openclaw/workspace"
