@@ -311,7 +311,8 @@ def shadowed_paths(shown: Mapping[str, str]) -> list[tuple[str, bool]]:
                     covered[inside.rstrip("/") + text[len(real.rstrip("/")) :]] = os.path.isdir(text)
             elif real.startswith(text + "/"):
                 covered[inside] = os.path.isdir(real)
-    return sorted(covered.items(), key=lambda item: item[0].count("/"))
+    outermost = [p for p in covered if not any(p.startswith(other.rstrip("/") + "/") for other in covered)]
+    return sorted(((p, covered[p]) for p in outermost), key=lambda item: item[0].count("/"))
 
 
 def _paths_named_in(pointer: Path) -> list[Path]:
