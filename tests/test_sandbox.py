@@ -7,7 +7,7 @@ import pytest
 from conftest import requires_bwrap
 
 from harness_gym.sandboxes import BubblewrapSandbox, SandboxError
-from harness_gym.sandboxes.bubblewrap import check_mount_path
+from harness_gym.sandboxes.base import check_mount_path
 
 pytestmark = requires_bwrap
 

@@ -46,7 +46,11 @@ def test_xml_function_format_bare_and_wrapped():
     text = "<function=file_editor>\n<parameter=command>\nview\n</parameter>\n<parameter=path>\na.py\n</parameter>\n</function>"
     for action in (text, f"<tool_call>\n{text}\n</tool_call>"):
         call = parse_action(action).calls[0]
-        assert (call.name, call.arguments, call.format) == ("file_editor", {"command": "view", "path": "a.py"}, "qwen3_xml")
+        assert (call.name, call.arguments, call.format) == (
+            "file_editor",
+            {"command": "view", "path": "a.py"},
+            "qwen3_xml",
+        )
 
 
 def test_xml_values_are_coerced_by_schema():

@@ -6,6 +6,7 @@ import contextlib
 import functools
 import hashlib
 import os
+import posixpath
 import shutil
 import stat
 import sys
@@ -22,10 +23,49 @@ ORIGINAL_DIR = f"{HARNESS_DIR}/original"  # the starting workspace, read-only, u
 BIN_DIR = f"{HARNESS_DIR}/bin"  # execute-only copies of the shell and Python (see sealed_binaries_dir)
 CONTROL_DIR = f"{HARNESS_DIR}/ctl"
 GRADER_DIR = f"{HARNESS_DIR}/grader"
+GRADER_INIT_DIR = f"{HARNESS_DIR}/grader-init"
+
+
+SANDBOX_HOME = "/root"  # HOME of the agent's shell and of graders (a fresh, private folder in each)
+# A workspace may sit neither at nor inside these: the sandbox's own system and harness folders.
+SYSTEM_TREES: tuple[str, ...] = (
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/proc", "/sys", "/dev", "/boot",
+    "/run", HARNESS_DIR,
+)  # fmt: skip
+# Nor exactly at these: HOME (user-site and dotfiles of every Python grader would be the agent's),
+# the parent of users' homes, the shared temporary folders and the roots of optional software.
+SYSTEM_FOLDERS: tuple[str, ...] = ("/", SANDBOX_HOME, "/home", "/tmp", "/var", "/var/tmp", "/opt", "/srv")
 
 
 class SandboxError(RuntimeError):
     """The sandbox cannot be started or used (missing backend, bad mount path, ...)."""
+
+
+def check_mount_path(mount_path: str) -> str:
+    """Validate where a workspace may be mounted; the one rule every loader and backend applies.
+
+    Absolute and normalised; not a system folder or inside one (it would hide the sandbox's own
+    programs); not HOME or a user's home (``/home/NAME``), whose dotfiles and user site-packages
+    every grader would then take from the agent.
+    """
+    if (
+        not isinstance(mount_path, str)
+        or not mount_path.startswith("/")
+        or posixpath.normpath(mount_path) != mount_path
+    ):
+        raise SandboxError(f"workspace mount path must be an absolute, normalised path, got {mount_path!r}")
+    if mount_path.startswith("//"):
+        raise SandboxError(f"workspace mount path must be an absolute, normalised path, got {mount_path!r}")
+    for tree in SYSTEM_TREES:
+        if mount_path == tree or mount_path.startswith(tree + "/"):
+            raise SandboxError(f"workspace mount path {mount_path!r} would cover the sandbox's own {tree}")
+    if mount_path in SYSTEM_FOLDERS:
+        raise SandboxError(
+            f"workspace mount path {mount_path!r} would replace the sandbox's {mount_path} (a home or system folder)"
+        )
+    if posixpath.dirname(mount_path) == "/home":
+        raise SandboxError(f"workspace mount path {mount_path!r} would be a user's home folder")
+    return mount_path
 
 
 @dataclass
@@ -130,27 +170,47 @@ def tool_scripts_dir() -> Path:
     """A world-readable copy of the harness's tool scripts, mounted read-only at TOOLS_DIR.
 
     A copy, because the installed package may sit where an unprivileged sandbox uid cannot read
-    (e.g. under /root); keyed by content, so every process and sandbox shares one.
+    (e.g. under /root), and because no sandbox may see the package itself.
     """
     source = Path(__file__).resolve().parent.parent / "tools" / "scripts"
-    digest = hashlib.sha256()
-    files = sorted(p for p in source.glob("*.py"))
+    return published_copy("tools", sorted(source.glob("*.py")))
+
+
+@functools.cache
+def grader_init_dir() -> Path:
+    """A copy of :mod:`.grader_init` as ``sitecustomize.py``, mounted at GRADER_INIT_DIR in graders."""
+    return published_copy(
+        "grader-init", [Path(__file__).with_name("grader_init.py")], rename={"grader_init.py": "sitecustomize.py"}
+    )
+
+
+def published_copy(
+    kind: str, files: Sequence[Path], mode: int = 0o644, rename: Mapping[str, str] | None = None
+) -> Path:
+    """A folder in the temp folder holding copies of ``files`` (each ``mode``), that sandboxes mount.
+
+    Keyed by content, so every process and sandbox shares one; made under a staging name and
+    renamed, so no sandbox sees a half-written copy.
+    """
+    rename = rename or {}
+    digest = hashlib.sha256(f"{mode:o}".encode())
     for path in files:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+        digest.update(rename.get(path.name, path.name).encode() + b"\0" + path.read_bytes())
     from harness_gym.sandboxes.isolation import shared_temp_dir  # a folder a sandbox uid can reach
 
     parent = shared_temp_dir()
-    target = parent / f"harness-gym-tools-{digest.hexdigest()[:16]}"
+    target = parent / f"harness-gym-{kind}-{digest.hexdigest()[:16]}"
     if not target.is_dir():
-        staging = Path(tempfile.mkdtemp(prefix="harness-gym-tools-staging-", dir=parent))
+        staging = Path(tempfile.mkdtemp(prefix=f"harness-gym-{kind}-staging-", dir=parent))
         for path in files:
-            shutil.copy2(path, staging / path.name)
-            os.chmod(staging / path.name, 0o644)
+            destination = staging / rename.get(path.name, path.name)
+            shutil.copyfile(path, destination)
+            os.chmod(destination, mode)
         os.chmod(staging, 0o755)
         try:
             staging.rename(target)
         except OSError:  # another process won the race
-            shutil.rmtree(staging, ignore_errors=True)
+            remove_tree(staging)
     return target
 
 
@@ -161,27 +221,29 @@ def sealed_binaries_dir(shell: str, python: str) -> Path | None:
     Why: the kernel makes a process started from a file it may not read non-dumpable. The agent's
     processes run as the same user as the sandbox's shell and tool server, but cannot then open
     their descriptors under /proc/PID/fd, read their memory or ptrace them, so the protocol's pipes
-    stay between the host and those two processes. Keyed by the originals' path, size and mtime;
-    None where a copy cannot be made (the originals are then used).
+    stay between the host and those two processes. None where a copy cannot be made (the originals
+    are then used).
     """
     try:
         sources = [Path(shell).resolve(strict=True), Path(python).resolve(strict=True)]
-        identity = repr([(str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in sources])
+        return published_copy("bin", sources, mode=0o111, rename={sources[0].name: "bash", sources[1].name: "python3"})
     except OSError:
         return None
-    target = Path(tempfile.gettempdir()) / f"harness-gym-bin-{hashlib.sha256(identity.encode()).hexdigest()[:16]}"
-    if target.is_dir():
-        return target
-    staging = Path(tempfile.mkdtemp(prefix="harness-gym-bin-staging-"))
-    try:
-        for name, source in zip(("bash", "python3"), sources, strict=True):
-            shutil.copyfile(source, staging / name)
-            os.chmod(staging / name, 0o111)
-        os.chmod(staging, 0o755)
-        staging.rename(target)
-    except OSError:  # another process won the race, or the copy failed
-        shutil.rmtree(staging, ignore_errors=True)
-    return target if target.is_dir() else None
+
+
+def grader_environment(task_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment variables every grader starts with, whichever backend runs it.
+
+    No workspace folder on ``sys.path`` (``PYTHONSAFEPATH``: neither the current folder for ``-c``
+    / ``-m`` / stdin nor a script's folder), no user site-packages, and GRADER_INIT_DIR first on
+    ``PYTHONPATH``, whose ``sitecustomize`` makes each Python process non-dumpable. A task's own
+    variables come after (a task format that needs its folder on the path sets ``PYTHONSAFEPATH``
+    to ``""``); a task's ``PYTHONPATH`` is kept behind GRADER_INIT_DIR.
+    """
+    env = {"PYTHONSAFEPATH": "1", "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1", "HOME": SANDBOX_HOME}
+    env.update(task_env or {})
+    env["PYTHONPATH"] = ":".join(p for p in (GRADER_INIT_DIR, (task_env or {}).get("PYTHONPATH", "")) if p)
+    return env
 
 
 def remove_tree(path: Path) -> None:
@@ -212,3 +274,86 @@ def copy_grader_files(grader_files: Sequence[Path], destination: Path) -> Path:
         else:
             shutil.copy2(source, destination)
     return destination
+
+
+def cache_root() -> Path:
+    """Where harness-gym keeps extracted images, pristine files and unpacked suites on the host."""
+    return Path(os.environ.get("HARNESS_GYM_CACHE", Path.home() / ".cache" / "harness-gym"))
+
+
+@functools.cache
+def project_paths() -> tuple[Path, ...]:
+    """Every host path that holds harness-gym's own files: what no sandbox may show.
+
+    The installed package (hidden tests, graders and reference solutions are package data), every
+    other file its distribution installed (``trainers/``, dist-info, an editable install's ``.pth``
+    and finder, the console script), an editable checkout as a whole, and the cache. Real paths,
+    so a sandbox that shows a folder under another name still finds them.
+    """
+    import importlib.metadata
+
+    package = Path(__file__).resolve().parent.parent
+    found: set[Path] = {cache_root()}
+    sources = [package]
+    for name in ("harness-gym", "harness_gym"):
+        try:
+            distribution = importlib.metadata.distribution(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        site = Path(str(distribution.locate_file(""))).resolve()
+        for entry in distribution.files or ():
+            parts = Path(str(entry)).parts
+            if parts and parts[0] == "..":  # outside the site folder (a console script): the file itself
+                found.add(Path(str(distribution.locate_file(entry))).resolve())
+            elif parts and parts[0] != "__pycache__":
+                found.add(site / parts[0])  # the top-level folder or file this distribution owns there
+            elif len(parts) > 1 and "harness_gym" in parts[1]:
+                found.add(site / parts[0] / parts[1])
+            if parts and (parts[-1].endswith(".pth") or parts[-1].startswith("__editable__")):
+                sources += _paths_named_in(Path(str(distribution.locate_file(entry))))  # an editable install's target
+        break
+    for source in sources:
+        found.add(source)
+        checkout = source.parent
+        if (checkout / "pyproject.toml").is_file() and (checkout / "harness_gym").is_dir():
+            found.add(checkout)  # an editable checkout or a source tree: tests, trainers, .git too
+    return tuple(sorted({Path(os.path.realpath(p)) for p in found}))
+
+
+def shadowed_paths(shown: Mapping[str, str]) -> list[tuple[str, bool]]:
+    """Where project paths appear inside a sandbox that shows host folders ``{host: inside}``.
+
+    Returns ``(inside path, is a folder)`` for each project path under a shown folder, and for each
+    shown folder that is itself under a project path; the backend covers each with an empty folder
+    or an empty file.
+    """
+    covered: dict[str, bool] = {}
+    for host, inside in shown.items():
+        real = os.path.realpath(host)
+        for path in project_paths():
+            text = str(path)
+            if text == real or text.startswith(real.rstrip("/") + "/"):
+                if os.path.lexists(text):
+                    covered[inside.rstrip("/") + text[len(real.rstrip("/")) :]] = os.path.isdir(text)
+            elif real.startswith(text + "/"):
+                covered[inside] = os.path.isdir(real)
+    outermost = [p for p in covered if not any(p.startswith(other.rstrip("/") + "/") for other in covered)]
+    return sorted(((p, covered[p]) for p in outermost), key=lambda item: item[0].count("/"))
+
+
+def _paths_named_in(pointer: Path) -> list[Path]:
+    """Folders an editable install's ``.pth`` or finder module points at (its package sources)."""
+    import re
+
+    try:
+        text = pointer.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    named = re.findall(r"""['"](/[^'"]+)['"]""", text) + [
+        line.strip() for line in text.splitlines() if line.startswith("/")
+    ]
+    return [
+        Path(p).resolve()
+        for p in named
+        if Path(p).name in ("harness_gym", "trainers") or (Path(p) / "harness_gym").is_dir()
+    ]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import posixpath
 import shutil
 import subprocess
 import warnings
@@ -19,18 +18,24 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from harness_gym.sandboxes import isolation, layers
+from harness_gym.sandboxes import isolation, layers, seccomp
 from harness_gym.sandboxes.base import (
     BIN_DIR,
     GRADER_DIR,
+    GRADER_INIT_DIR,
     HARNESS_DIR,
     ORIGINAL_DIR,
+    SANDBOX_HOME,
     TOOLS_DIR,
     CommandResult,
     SandboxError,
+    check_mount_path,
     copy_grader_files,
+    grader_environment,
+    grader_init_dir,
     register_backend,
     sealed_binaries_dir,
+    shadowed_paths,
     tool_scripts_dir,
 )
 from harness_gym.sandboxes.options import DEFAULTS
@@ -67,16 +72,12 @@ def _require_bwrap() -> str:
     return path
 
 
-def check_mount_path(mount_path: str) -> str:
-    """Validate where a workspace may be mounted: absolute, normalised, not over the system."""
-    if not mount_path.startswith("/") or posixpath.normpath(mount_path) != mount_path or mount_path == "/":
-        raise SandboxError(
-            f"workspace mount path must be an absolute, normalised path other than '/', got {mount_path!r}"
-        )
-    for reserved in _RESERVED:
-        if mount_path == reserved or mount_path.startswith(reserved + "/"):
-            raise SandboxError(f"workspace mount path {mount_path!r} would cover the sandbox's own {reserved}")
-    return mount_path
+def _seccomp_fd() -> int:
+    """A fresh, inheritable file descriptor holding the seccomp program, for ``bwrap --seccomp``."""
+    fd = os.memfd_create("harness-gym-seccomp", 0)
+    os.write(fd, seccomp.bpf_program())
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 class BubblewrapSandbox(ShellSandbox):
@@ -279,27 +280,35 @@ class BubblewrapSandbox(ShellSandbox):
             copy_grader_files(grader_files, Path(copy))
             if self._lease is not None:
                 isolation.chown_tree(Path(copy), self._lease.uid, self._lease.uid)
-            argv = self._launcher() + self._bwrap_argv(binds=[("--bind", copy, mount)])
-            command = command.replace("{grader}", mount)
-            argv += ["/bin/bash", "--noprofile", "--norc", "-c", self._shell_setup() + command]
-            proc_env = self._env()
-            proc_env.update(env or {})
-            return run_oneshot(argv, timeout_s, self.output_limit_chars, proc_env)
+            filter_fd = _seccomp_fd()
+            try:
+                binds = [("--bind", copy, mount), ("--ro-bind", str(grader_init_dir()), GRADER_INIT_DIR)]
+                argv = self._launcher() + self._bwrap_argv(filter_fd, binds=binds)
+                command = command.replace("{grader}", mount)
+                argv += [self._shell_program(), "--noprofile", "--norc", "-c", self._shell_setup() + command]
+                proc_env = self._env()
+                proc_env.update(grader_environment(env))
+                return run_oneshot(argv, timeout_s, self.output_limit_chars, proc_env, pass_fds=(filter_fd,))
+            finally:
+                os.close(filter_fd)
 
     # ------------------------------------------------------------------ ShellSandbox
 
     def _spawn_shell(self, shell_argv: list[str], pass_fds: Sequence[int]) -> subprocess.Popen[bytes]:
-        argv = self._launcher() + self._bwrap_argv() + shell_argv
-        return subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,  # bwrap's init keeps fds 0-2: nothing there may be a protocol pipe
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=self._env(),
-            pass_fds=tuple(pass_fds),
-            bufsize=0,
-        )
+        filter_fd = _seccomp_fd()
+        try:
+            return subprocess.Popen(
+                self._launcher() + self._bwrap_argv(filter_fd) + shell_argv,
+                stdin=subprocess.DEVNULL,  # bwrap's init keeps fds 0-2: nothing there may be a protocol pipe
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=self._env(),
+                pass_fds=(*pass_fds, filter_fd),
+                bufsize=0,
+            )
+        finally:
+            os.close(filter_fd)
 
     def _sealed(self) -> Path | None:
         return sealed_binaries_dir("/bin/bash", self.python)
@@ -360,7 +369,9 @@ class BubblewrapSandbox(ShellSandbox):
             "--",
         ]
 
-    def _bwrap_argv(self, binds: Sequence[tuple[str, str, str]] = ()) -> list[str]:
+    def _bwrap_argv(self, seccomp_fd: int, binds: Sequence[tuple[str, str, str]] = ()) -> list[str]:
+        """bubblewrap's arguments: the system read-only, the harness's own files absent, /proc
+        read-only (no process writes another's memory), the seccomp filter on ``seccomp_fd``."""
         assert self.workspace is not None and self._control is not None
         argv = [
             self._bwrap,
@@ -371,21 +382,28 @@ class BubblewrapSandbox(ShellSandbox):
             "sandbox",
             "--proc",
             "/proc",
+            "--remount-ro",
+            "/proc",
             "--dev",
             "/dev",
         ]
         if self._lease is not None:
             argv[1:1] = ["--unshare-user", "--uid", "0", "--gid", "0"]
+        shown: dict[str, str] = {}
         for path in SYSTEM_DIRS:
             source = path if self.system_root is None else os.path.join(self.system_root, path.lstrip("/"))
             if os.path.islink(source):
                 argv += ["--symlink", os.readlink(source), path]
             elif os.path.isdir(source):
                 argv += ["--ro-bind", source, path]
+                shown[source] = path
         for path in PRIVATE_TMPFS:
             argv += ["--size", str(self.tmp_size_mb << 20), "--tmpfs", path]
         for host, inside in self.extra_ro_binds.items():
             argv += ["--ro-bind", host, inside]
+            shown[host] = inside
+        for inside, is_folder in shadowed_paths(shown):  # harness-gym's own files, wherever installed
+            argv += ["--tmpfs", inside] if is_folder else ["--ro-bind", "/dev/null", inside]
         argv += ["--ro-bind", str(tool_scripts_dir()), TOOLS_DIR]
         sealed = self._sealed()
         if sealed is not None:
@@ -395,19 +413,13 @@ class BubblewrapSandbox(ShellSandbox):
         argv += ["--bind", str(self.workspace), self._mount_path]
         for kind, host, inside in binds:  # after the workspace, so a grader may sit inside it
             argv += [kind, host, inside]
-        argv += [
-            "--remount-ro",
-            "/",
-            "--chdir",
-            self._mount_path,
-            "--",
-        ]
+        argv += ["--seccomp", str(seccomp_fd), "--remount-ro", "/", "--chdir", self._mount_path, "--"]
         return argv
 
     def _env(self) -> dict[str, str]:
         return {
             "PATH": SANDBOX_PATH,
-            "HOME": "/root",
+            "HOME": SANDBOX_HOME,
             "LANG": "C.UTF-8",
             "TERM": "dumb",
             "PYTHONDONTWRITEBYTECODE": "1",

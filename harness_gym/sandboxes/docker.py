@@ -20,23 +20,30 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness_gym.sandboxes import isolation
+from harness_gym.sandboxes import isolation, seccomp
 from harness_gym.sandboxes.base import (
     GRADER_DIR,
+    GRADER_INIT_DIR,
+    SANDBOX_HOME,
     TOOLS_DIR,
     CommandResult,
     SandboxError,
+    check_mount_path,
     copy_grader_files,
+    grader_environment,
+    grader_init_dir,
     register_backend,
     tool_scripts_dir,
 )
-from harness_gym.sandboxes.bubblewrap import check_mount_path
 from harness_gym.sandboxes.options import DEFAULTS
 from harness_gym.sandboxes.shell import ShellSandbox, elide
 
 LABEL = "harness-gym"
 OWNER_LABEL = "harness-gym.owner"  # "<hostname>:<pid>"
 KEEPALIVE = ["sleep", "2147483647"]
+# Docker's default capabilities minus those a repository's tests do not need (CAP_SYS_PTRACE is
+# never among them; the seccomp profile refuses the ptrace family besides).
+CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID"]
 
 
 def _owner() -> str:
@@ -181,7 +188,9 @@ class DockerSandbox(ShellSandbox):
             # one stream: the reward line must stay last (docker's separate streams reorder)
             script = "exec 2>&1; " + command.replace("{grader}", mount)
             container = self._run_container(
-                [self.shell, "-c", script], extra_volumes={copy: mount}, environment=dict(env or {})
+                [self.shell, "-c", script],
+                extra_volumes={copy: mount, str(grader_init_dir()): GRADER_INIT_DIR},
+                environment=grader_environment(env),
             )
             try:
                 status = container.wait(timeout=timeout_s)["StatusCode"]
@@ -234,7 +243,7 @@ class DockerSandbox(ShellSandbox):
             str(tool_scripts_dir()): {"bind": TOOLS_DIR, "mode": "ro"},
         }
         for host, inside in extra_volumes.items():
-            volumes[host] = {"bind": inside, "mode": "rw"}
+            volumes[host] = {"bind": inside, "mode": "ro" if inside == GRADER_INIT_DIR else "rw"}
         options: dict[str, Any] = {
             "detach": True,
             "network_mode": "none",
@@ -244,7 +253,10 @@ class DockerSandbox(ShellSandbox):
             "labels": {LABEL: "1", OWNER_LABEL: _owner()},
             "volumes": volumes,
             "working_dir": self._mount_path,
-            "environment": {"HOME": "/root", "LANG": "C.UTF-8", "TERM": "dumb", **(environment or {})},
+            "environment": {"HOME": SANDBOX_HOME, "LANG": "C.UTF-8", "TERM": "dumb", **(environment or {})},
+            "cap_drop": ["ALL"],
+            "cap_add": CAPABILITIES,
+            "security_opt": ["no-new-privileges", f"seccomp={seccomp.docker_profile()}"],
         }
         if self.cpus:
             options["nano_cpus"] = int(self.cpus * 1e9)

@@ -161,6 +161,13 @@ def build_local_image(
                     return None if any(s in "/" + member.name + "/" for s in skip) else member
 
                 tar.add(stdlib, stdlib.lstrip("/"), filter=keep)
+                # the shared libraries of the standard library's extension modules (libffi for ctypes, ...)
+                added = {os.path.realpath(library) for library in _libraries(real)}
+                for extension in sorted(Path(stdlib, "lib-dynload").glob("*.so")):
+                    for library in _libraries(str(extension)):
+                        if os.path.realpath(library) not in added:
+                            added.add(os.path.realpath(library))
+                            tar.add(os.path.realpath(library), library.lstrip("/"))
                 for name in python_packages:
                     module = importlib.import_module(name)
                     source = (

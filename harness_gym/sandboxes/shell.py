@@ -637,9 +637,14 @@ def _children(pid: int) -> list[int]:
 
 
 def run_oneshot(
-    argv: Sequence[str], timeout_s: float, limit: int, env: Mapping[str, str] | None = None
+    argv: Sequence[str],
+    timeout_s: float,
+    limit: int,
+    env: Mapping[str, str] | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> CommandResult:
-    """Run a command to completion with a time limit and capped output (used for grading)."""
+    """Run a command to completion with a time limit and capped output (used for grading);
+    ``pass_fds`` are handed to it (a sandbox's seccomp program, say)."""
     started = time.perf_counter()
     proc = subprocess.Popen(
         list(argv),
@@ -648,6 +653,7 @@ def run_oneshot(
         stderr=subprocess.STDOUT,
         start_new_session=True,
         env=dict(env) if env is not None else None,
+        pass_fds=tuple(pass_fds),
     )
     try:
         out, _ = proc.communicate(timeout=timeout_s)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness_gym.paths import cache_dir
-from harness_gym.sandboxes.base import GRADER_DIR, Sandbox
+from harness_gym.sandboxes.base import GRADER_DIR, Sandbox, SandboxError, check_mount_path
 
 DEFAULT_GRADE_COMMAND = "python3 {grader}/grade.py"
 PAYLOAD_FILE = "payload.json"
@@ -61,13 +61,18 @@ class Task:
     world: str | None = None  # the world its sandbox runs on (harness_gym.worlds); None: the host's folders
 
     def __post_init__(self) -> None:
-        """Refuse NaN, infinite, zero and negative durations, whichever loader made the task."""
+        """Refuse NaN, infinite, zero and negative durations, and a workspace that would be HOME or
+        cover a system folder, whichever loader made the task."""
         for name in ("grader_timeout_s", "time_limit_s"):
             value = getattr(self, name)
             if value is None and name == "time_limit_s":
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise TaskError(f"task {self.id}: {name} must be a positive finite number of seconds, got {value!r}")
+        try:
+            check_mount_path(self.mount_path)
+        except SandboxError as exc:
+            raise TaskError(f"task {self.id}: {exc}") from None
 
     def materialize(self, destination: Path) -> None:
         """Copy the starting workspace into ``destination`` (an empty folder)."""

@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from harness_gym.paths import cache_dir
-from harness_gym.sandboxes.base import SandboxError
-from harness_gym.sandboxes.bubblewrap import check_mount_path
+from harness_gym.sandboxes.base import SandboxError, check_mount_path
 from harness_gym.tasks.base import Suite, Task, TaskError, register_loader
 
 DEFAULT_MOUNT = "/root/.openclaw/workspace"
