@@ -272,22 +272,25 @@ def _children(pid: int) -> list[int]:
 def run_oneshot(
     argv: Sequence[str], timeout_s: float, limit: int, env: Mapping[str, str] | None = None
 ) -> CommandResult:
-    """Run a command to completion with a time limit and capped output (used for grading)."""
+    """Run a command to completion with a time limit and capped output (used for grading).
+
+    ``output`` is stdout alone (where a grader's verdict is read); stderr, kept apart so nothing a
+    grader logs can pass for its verdict, is in ``extra["stderr"]``."""
     started = time.perf_counter()
     proc = subprocess.Popen(
         list(argv),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        stderr=subprocess.PIPE,
         start_new_session=True,
         env=dict(env) if env is not None else None,
     )
     try:
-        out, _ = proc.communicate(timeout=timeout_s)
+        out, err = proc.communicate(timeout=timeout_s)
         timed_out = False
     except subprocess.TimeoutExpired:
         kill_process_group(proc)
-        out, timed_out = b"", True
+        out, err, timed_out = b"", b"", True
     text, elided = elide(out or b"", limit)
     return CommandResult(
         text,
@@ -295,6 +298,7 @@ def run_oneshot(
         time.perf_counter() - started,
         timed_out=timed_out,
         elided_chars=elided,
+        extra={"stderr": elide(err or b"", limit)[0]},
     )
 
 

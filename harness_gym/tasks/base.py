@@ -10,8 +10,11 @@ of failing: :func:`validate_suite` lists them, :func:`load_tasks` warns and goes
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import math
+import secrets
 import shutil
 import tempfile
 import warnings
@@ -24,6 +27,7 @@ from harness_gym.sandboxes.base import GRADER_DIR, Sandbox
 
 DEFAULT_GRADE_COMMAND = "python3 {grader}/grade.py"
 PAYLOAD_FILE = "payload.json"
+VERDICT_KEY_FILE = ".verdict-key"  # per-grading HMAC key of a signing grader (see parse_grader_output)
 
 
 class TaskError(ValueError):
@@ -37,6 +41,8 @@ class Task:
     ``grader_payload``: give the grader the episode as JSON (task, final message, transcript in
     OpenClaw's event shape) at ``<grader folder>/payload.json``, named by ``OPENCLAW_REWARD_PAYLOAD``.
     ``judge``: ``None``, or the grading type (``llm_judge`` / ``hybrid``) and rubric for an LLM judge.
+    ``signed_verdict``: the grader reads a fresh key from ``<grader folder>/.verdict-key`` (and deletes
+    it before any workspace code runs) and signs its verdict; any other line is not a verdict.
     """
 
     id: str
@@ -57,6 +63,7 @@ class Task:
     time_limit_s: float | None = None  # wall-clock limit of an episode (truncated, and graded, beyond it)
     workspace_from_image: str | None = None  # the workspace is this folder of ``image`` (e.g. /testbed)
     hidden_paths: tuple[str, ...] = ()  # paths of ``image`` the agent must not see (hidden tests)
+    signed_verdict: bool = False
 
     def materialize(self, destination: Path) -> None:
         """Copy the starting workspace into ``destination`` (an empty folder)."""
@@ -81,13 +88,18 @@ class Task:
                 path.write_text(json.dumps(self.payload(transcript or []), ensure_ascii=False), encoding="utf-8")
                 files.append(path)
                 env["OPENCLAW_REWARD_PAYLOAD"] = f"{mount}/{PAYLOAD_FILE}"
+            key = None
+            if self.signed_verdict:
+                key = secrets.token_hex(32).encode()
+                (Path(extra) / VERDICT_KEY_FILE).write_bytes(key)
+                files.append(Path(extra) / VERDICT_KEY_FILE)
             result = sandbox.grade(files, self.grade_command, self.grader_timeout_s, env, mount)
+        stderr = str(result.extra.get("stderr", ""))
         if result.timed_out:
-            graded = GradeResult(
-                0.0, {}, result.output, f"task {self.id}: the grader timed out after {self.grader_timeout_s:g} s"
-            )
+            graded = GradeResult(0.0, {}, "", f"task {self.id}: the grader timed out after {self.grader_timeout_s:g} s")
         else:
-            graded = parse_grader_output(self.id, result.output, result.exit_code)
+            graded = parse_grader_output(self.id, result.output, result.exit_code, key)
+        graded.log = result.output + (f"\n--- grader stderr ---\n{stderr}" if stderr else "")
         if self.judge is not None:
             from harness_gym.tasks.judge import apply_judge
 
@@ -192,12 +204,44 @@ class GradeResult:
     error: str | None = None
 
 
-def parse_grader_output(task_id: str, output: str, exit_code: int | None) -> GradeResult:
-    """The last non-empty line is a float in [0, 1] or ``{"reward": float, "breakdown": {...}}``.
-    With a bare float, an earlier line holding a JSON object of sub-scores becomes the breakdown."""
+def verdict_signature(key: bytes, reward: Any, breakdown: Any) -> str:
+    """HMAC-SHA256 of the canonical verdict, as a signing grader computes it."""
+    body = json.dumps({"reward": reward, "breakdown": breakdown}, sort_keys=True, separators=(",", ":"))
+    return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+
+
+def _signed_verdict(task_id: str, output: str, key: bytes) -> GradeResult:
+    """The one stdout line that carries a valid signature; every other line is ignored."""
+    for line in reversed(output.splitlines()):
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(value, dict) or not isinstance(value.get("signature"), str):
+            continue
+        expected = verdict_signature(key, value.get("reward"), value.get("breakdown"))
+        if hmac.compare_digest(expected, value["signature"]):
+            verified = {"reward": value.get("reward"), "breakdown": value.get("breakdown")}
+            return parse_grader_output(task_id, json.dumps(verified), 0)
+    return GradeResult(0.0, {}, output, f"task {task_id}: the grader printed no verdict signed with this grading's key")
+
+
+def parse_grader_output(task_id: str, output: str, exit_code: int | None, key: bytes | None = None) -> GradeResult:
+    """The verdict, from the grader's stdout only. A grader that exited non-zero or was killed is a
+    grader error (reward 0, ``error`` set), whatever it printed. With ``key`` (a signing grader) only
+    the line signed with it counts. Otherwise the last non-empty line is a float in [0, 1] or
+    ``{"reward": float, "breakdown": {...}}``; with a bare float, an earlier line holding a JSON object
+    of sub-scores becomes the breakdown."""
+    if exit_code != 0:
+        how = "was killed" if exit_code is None or exit_code < 0 else f"exited with status {exit_code}"
+        if exit_code is not None and exit_code > 128:
+            how += f" (signal {exit_code - 128}?)"
+        return GradeResult(0.0, {}, output, f"task {task_id}: the grader {how}; a failed grader scores 0")
+    if key is not None:
+        return _signed_verdict(task_id, output, key)
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     if not lines:
-        return GradeResult(0.0, {}, output, f"task {task_id}: the grader printed nothing (exit status {exit_code})")
+        return GradeResult(0.0, {}, output, f"task {task_id}: the grader printed nothing on stdout")
     last = lines[-1]
     breakdown: dict[str, Any] = {}
     try:
