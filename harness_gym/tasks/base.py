@@ -81,8 +81,9 @@ class Task:
         with tempfile.TemporaryDirectory(prefix="harness-gym-payload-") as extra:
             files = list(self.grader_files)
             restore = self.metadata.get("restore_files") or ()
-            if restore and self.image and self.workspace_from_image:
-                files.append(_pristine(Path(extra), image_folder(self.image, self.workspace_from_image), restore))
+            original = self.original_workspace() if restore or self.metadata.get("restore_runner_config") else None
+            if original is not None:
+                files.append(_pristine(Path(extra), original, restore, bool(self.metadata.get("restore_runner_config"))))
             if self.grader_payload:
                 path = Path(extra) / PAYLOAD_FILE
                 path.write_text(json.dumps(self.payload(transcript or []), ensure_ascii=False), encoding="utf-8")
@@ -106,6 +107,12 @@ class Task:
             graded = apply_judge(self, graded, transcript or [])
         return graded
 
+    def original_workspace(self) -> Path | None:
+        """The folder the workspace starts as (an image's folder, or the task's own files)."""
+        if self.workspace_from_image is not None and self.image is not None:
+            return image_folder(self.image, self.workspace_from_image)
+        return self.workspace_dir
+
     def payload(self, transcript: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """What a chat-style grader reads: the task, the agent's final message and the transcript."""
         return {
@@ -117,9 +124,14 @@ class Task:
         }
 
 
-def _pristine(folder: Path, original: Path, paths: Sequence[str]) -> Path:
-    """The original versions of ``paths`` under ``folder/pristine/`` (what the grader restores)."""
+def _pristine(folder: Path, original: Path, paths: Sequence[str], runner_config: bool = False) -> Path:
+    """The original versions of ``paths`` under ``folder/pristine/`` and, with ``runner_config``, of the
+    test runner's configuration files under ``folder/config/`` (what the grader restores)."""
     root = folder / "restore"
+    if runner_config:
+        from harness_gym.tasks.graders.runner_config import copy_originals
+
+        copy_originals(str(original), str(root / "config"))
     for relative in paths:
         source = original / relative
         if source.is_file():
