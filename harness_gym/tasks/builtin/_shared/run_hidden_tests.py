@@ -6,8 +6,8 @@ This process never imports anything from the workspace. It reads the declarative
 the grader folder, and gives only the *code* of the steps to an untrusted child
 (``evaluate_calls.py``) that imports the workspace and reports, per step, the plain value or the
 exception it got. This process compares those values with the expectations it kept, and prints
-the verdict on its own stdout, signed (HMAC-SHA256) with the per-grading key the host wrote, so a
-line printed by anything else (the child, a process it left behind) is not a verdict.
+the verdict on its own stdout, signed (``verdict.py``: HMAC-SHA256 with the per-grading key the
+host wrote), so a line printed by anything else (the child, a process it left behind) is no verdict.
 
 Usage (from the repository's folder): ``python3 -I GRADER/run_hidden_tests.py``.
 Prints one JSON line ``{"reward", "breakdown", "signature"}``; exits non-zero only when it
@@ -15,10 +15,7 @@ cannot grade at all (the host then scores 0 and reports a grader error).
 """
 
 import ast
-import ctypes
 import glob
-import hashlib
-import hmac
 import json
 import math
 import os
@@ -30,20 +27,14 @@ import threading
 import time
 
 GRADER = os.path.dirname(os.path.abspath(__file__))
-KEY_FILE = ".verdict-key"
+sys.path.insert(0, GRADER)  # run with -I: only this folder, and before any workspace code runs
+from verdict import print_verdict, take_key  # noqa: E402
+
 CHILD = "evaluate_calls.py"
 RESULT_LIMIT = 4 << 20  # bytes of results the child may send
 LOG_LIMIT = 64 << 10  # bytes of the child's own output kept for the grader log
 LITERAL_LIMIT = 1 << 20
 DEFAULT_TIMEOUT_S = 60.0
-
-
-def not_dumpable():
-    """PR_SET_DUMPABLE 0: no process of the same user may read this one's memory or descriptors."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
 
 
 def take_secrets():
@@ -53,12 +44,7 @@ def take_secrets():
     for path in paths:
         with open(path, encoding="utf-8") as handle:
             specs.append((os.path.basename(path), json.load(handle)))
-    key = None
-    key_path = os.path.join(GRADER, KEY_FILE)
-    if os.path.exists(key_path):
-        with open(key_path, "rb") as handle:
-            key = handle.read().strip()
-        paths.append(key_path)
+    key = take_key(GRADER)
     for path in paths:
         os.remove(path)  # an error here ends the grading (exit 1): never run the child beside them
     return specs, key
@@ -198,14 +184,7 @@ def grade(expectations, records):
     return reward, breakdown, failures
 
 
-def sign(key, reward, breakdown):
-    """HMAC-SHA256 over the canonical verdict (the host checks it with the same key)."""
-    body = json.dumps({"reward": reward, "breakdown": breakdown}, sort_keys=True, separators=(",", ":"))
-    return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
-
-
 def main():
-    not_dumpable()
     specs, key = take_secrets()
     if not specs:
         print("no hidden_tests*.json next to the grader", file=sys.stderr)
@@ -220,10 +199,7 @@ def main():
         log.append("output of the tested code:\n" + output[-LOG_LIMIT:])
     if log:
         print("\n".join(log), file=sys.stderr)
-    verdict = {"reward": reward, "breakdown": breakdown}
-    if key is not None:
-        verdict["signature"] = sign(key, reward, breakdown)
-    print(json.dumps(verdict))
+    print_verdict(key, reward, breakdown)
 
 
 if __name__ == "__main__":
