@@ -27,6 +27,7 @@ import threading
 import time
 
 GRADER = os.path.dirname(os.path.abspath(__file__))
+sys.dont_write_bytecode = True  # nothing of ours left in the folder the child can read
 sys.path.insert(0, GRADER)  # run with -I: only this folder, and before any workspace code runs
 from verdict import print_verdict, take_key  # noqa: E402
 
