@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -185,8 +186,8 @@ def clawgym_task(tmp_path_factory):
         f"""
         import json, os
         path = "{WS}/total.txt"
-        scores = {{"exists": float(os.path.exists(path))}}
-        scores["correct"] = float(scores["exists"] == 1.0 and open(path).read().strip() == "12")
+        text = open(path, errors="replace").read().strip() if os.path.isfile(path) else ""
+        scores = {{"a_number": float(text.isdigit()), "correct": float(text == "12")}}
         print(json.dumps(scores))
         """,
     )
@@ -281,7 +282,7 @@ def test_every_exploit_scores_zero_on_representative_tasks(clawgym_task, swe_tas
     builtin = [t for t in load_tasks("builtin") if t.id in ("repair-median", "workspace-executable-script")]
     report = audit(builtin, EXPLOITS, workers=2)
     assert set(report.exploits) == {e.name for e in EXPLOITS} and len(report.cells) == 2 * len(EXPLOITS)
-    assert_no_exploit(report, pending["any"])
+    assert_no_exploit(report)  # signed verdicts from non-dumpable graders: ptrace gains nothing here either
     # SWE-format hidden tests run in the process that imports the repository (the format's nature):
     # an object of the repository's making that equals anything passes `assert x == y`. The audit
     # shows it (README, "Reward integrity"); every other exploit must fail there too.
@@ -290,6 +291,9 @@ def test_every_exploit_scores_zero_on_representative_tasks(clawgym_task, swe_tas
     assert_no_exploit(swe, pending["any"] | {"always-equal"})
     claw = audit([clawgym_task], EXPLOITS, workers=2)
     assert_no_exploit(claw, pending["any"] | pending["clawgym"])
+    still_open = sorted({e for names in [*swe.exploitable().values(), *claw.exploitable().values()] for e in names})
+    if set(still_open) - {"always-equal"}:
+        warnings.warn(f"exploits open until the sandbox side of issue 11 (11a) lands: {still_open}", stacklevel=1)
 
 
 WEAK_GRADER = '''
@@ -344,21 +348,20 @@ def test_the_audit_flags_a_weak_task(weak_suite, tmp_path):
 
 @requires_bwrap
 @pytest.mark.slow
-def test_every_exploit_scores_zero_on_every_builtin_and_generated_task(tmp_path, pending):
+def test_every_exploit_scores_zero_on_every_builtin_and_generated_task(tmp_path):
     from harness_gym.tasks.generator import generate
 
     generate(tmp_path / "generated", count=6, seed=0)
     tasks = load_tasks("builtin") + load_tasks(f"generated:{tmp_path / 'generated'}")
     report = audit(tasks, EXPLOITS, workers=2)
-    assert_no_exploit(report, pending["any"])
+    assert_no_exploit(report)
 
 
 @requires_bwrap
 @pytest.mark.slow
-def test_the_audit_command_reports_no_exploitable_builtin_task(pending):
-    names = ",".join(e.name for e in EXPLOITS if e.name not in pending["any"])
+def test_the_audit_command_reports_no_exploitable_builtin_task():
     run = subprocess.run(
-        [sys.executable, "-m", "harness_gym.cli", "tasks", "audit", "builtin", "--workers", "2", "--exploits", names],
+        [sys.executable, "-m", "harness_gym.cli", "tasks", "audit", "builtin", "--workers", "2"],
         capture_output=True,
         text=True,
         timeout=3600,
