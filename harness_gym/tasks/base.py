@@ -217,7 +217,8 @@ class GradeResult:
 
 
 def verdict_signature(key: bytes, reward: Any, breakdown: Any) -> str:
-    """HMAC-SHA256 of the canonical verdict, as a signing grader computes it."""
+    """HMAC-SHA256 of the canonical verdict, as a signing grader computes it (the in-sandbox twin is
+    ``sign`` in tasks/builtin/_shared/verdict.py, standard library only; keep the two identical)."""
     body = json.dumps({"reward": reward, "breakdown": breakdown}, sort_keys=True, separators=(",", ":"))
     return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
 
