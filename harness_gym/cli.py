@@ -225,6 +225,8 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
         if len(ids) < args.count:
             print(f"only {len(ids)} distinct mutations that the hidden tests detect exist in the built-in projects")
         return 0
+    if args.action == "audit":
+        return _cmd_audit(args)
     suite = validate_suite(args.suite)
     if args.action == "list":
         print(f"{'task':<34}{'family':<20}{'split':<7}{'grading':<11}{'solution':<9}mount / image")
@@ -252,6 +254,24 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
         check_args = argparse.Namespace(configs=args.configs, tasks=args.suite, format="hermes", seed=0, out=None)
         return max(_cmd_check(check_args), 1 if suite.errors else 0)
     return 1 if suite.errors else 0
+
+
+def _cmd_audit(args: argparse.Namespace) -> int:
+    """Run the exploit library against a suite; exit status 1 when any task is exploitable."""
+    from tqdm import tqdm
+
+    from harness_gym.tasks import load_tasks
+    from harness_gym.tasks.audit import audit, load_exploits
+
+    tasks = load_tasks(args.suite)
+    exploits = load_exploits(args.exploit_file, args.exploits.split(",") if args.exploits else None)
+    with tqdm(total=len(tasks) * len(exploits), unit="run", desc="audit", file=sys.stderr) as bar:
+        report = audit(tasks, exploits, workers=args.workers, backend=args.sandbox, progress=lambda _: bar.update(1))
+    print(report.table())
+    if args.json:
+        args.json.write_text(json.dumps(report.to_json(), indent=2), encoding="utf-8")
+        print(f"wrote {args.json}")
+    return 1 if report.exploitable() else 0
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -419,8 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
     view.add_argument("--html", type=Path, help="write a standalone HTML page instead")
     view.set_defaults(func=_cmd_view)
 
-    tasks = sub.add_parser("tasks", help="list, validate or check (reference solutions) a task suite")
-    tasks.add_argument("action", choices=["list", "validate", "check", "generate"])
+    tasks = sub.add_parser("tasks", help="list, validate, check (reference solutions), generate or audit a task suite")
+    tasks.add_argument("action", choices=["list", "validate", "check", "generate", "audit"])
     tasks.add_argument(
         "suite", nargs="?", default="builtin", help="builtin[:split], clawgym:PATH, pinchbench:PATH, ..."
     )
@@ -428,6 +448,11 @@ def build_parser() -> argparse.ArgumentParser:
     tasks.add_argument("--out", type=Path, help="generate: output folder (default generated-tasks)")
     tasks.add_argument("--count", type=int, default=1000, help="generate: how many tasks")
     tasks.add_argument("--seed", type=int, default=0, help="generate: the seed (same seed, same tasks)")
+    tasks.add_argument("--exploits", help="audit: comma-separated exploit names (default: all)")
+    tasks.add_argument("--exploit-file", type=Path, help="audit: an exploit library YAML instead of the built-in one")
+    tasks.add_argument("--workers", type=int, default=2, help="audit: exploits run in parallel")
+    tasks.add_argument("--json", type=Path, help="audit: also write the results as JSON to this file")
+    tasks.add_argument("--sandbox", help="audit: sandbox backend (default: bubblewrap, Docker for image tasks)")
     tasks.set_defaults(func=_cmd_tasks)
 
     serve = sub.add_parser("serve", help="serve a local model over an OpenAI-compatible API (CPU, for tests and demos)")

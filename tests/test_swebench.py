@@ -123,7 +123,7 @@ def test_swebench_instance_resolved_only_by_a_real_fix(datasets):
     assert "GOLD PATCH" not in shown and "test_add" not in shown
     assert "def add(a, b)" in bash(env, "cat calc.py")
     _, reward, _, _, info = finish(env)  # unfixed
-    assert reward == 0.0 and info["reward_breakdown"] == {"fail_to_pass": "0/1", "pass_to_pass": "1/1"}, (
+    assert reward == 0.0 and info["reward_breakdown"] == {"fail_to_pass": "0/1", "pass_to_pass": "1/1", "reverted": []}, (
         env.last_grade.log
     )
     env.reset(seed=0)
@@ -140,8 +140,8 @@ def test_r2e_row_with_hidden_tests(datasets):
     assert "No such file" in bash(env, "ls /r2e_tests 2>&1")  # hidden from the agent
     bash(env, "sed -i '2s/a - b/a + b/' calc.py")
     _, reward, _, _, info = finish(env)
-    assert reward == 1.0 and info["reward_breakdown"] == {"matching_tests": "2/2"}
+    assert reward == 1.0 and info["reward_breakdown"] == {"matching_tests": "2/2", "reverted": []}
     env.reset(seed=0)
     _, reward, _, _, info = finish(env)
-    assert reward == 0.0 and info["reward_breakdown"] == {"matching_tests": "1/2"}
+    assert reward == 0.0 and info["reward_breakdown"] == {"matching_tests": "1/2", "reverted": []}
     env.close()

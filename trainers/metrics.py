@@ -53,6 +53,7 @@ def summarize(records: Sequence[Mapping[str, Any]], threshold: float = 1.0) -> d
         "group_shares": group_outcome_shares(outcomes, threshold),
         "truncation_rate": sum(o.truncated for o in outcomes) / len(outcomes),
         "parse_errors_per_episode": sum(int(r.get("parse_errors", 0)) for r in records) / len(records),
+        "grader_error_rate": sum(bool(r.get("grader_error")) for r in records) / len(records),
         "context_resets_per_episode": sum(int(r.get("context_resets", 0)) for r in records) / len(records),
         "mean_steps": sum(int(r.get("steps", 0)) for r in records) / len(records),
         "pass_rate_by_harness": {h: pass_rate(o, threshold) for h, o in sorted(by_harness.items())},
@@ -117,7 +118,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if overall["rollouts"]:
         print(
             f"{overall['rollouts']} rollouts: pass {overall['pass_rate']:.3f}, trainable {overall['trainable_rate']:.3f},"
-            f" truncated {overall['truncation_rate']:.3f}, parse errors/episode {overall['parse_errors_per_episode']:.2f}"
+            f" truncated {overall['truncation_rate']:.3f}, parse errors/episode {overall['parse_errors_per_episode']:.2f},"
+            f" grader errors {overall['grader_error_rate']:.3f}"
         )
         for harness, rate in overall["pass_rate_by_harness"].items():
             print(f"  {harness:<28} pass {rate:.3f}")

@@ -361,4 +361,5 @@ class HarnessAgentExecutor(AgentExecutorBase):
             "tokens": len(chosen.tokens), "policy_tokens": chosen.policy_tokens,
             "reason": info.get("truncation_reason") or info.get("terminated_reason"),
             "spec_hash": info.get("spec_hash"), "seconds": round(seconds, 3), "time": time.time(),
+            "grader_error": info.get("grader_error"),  # a failed grader: reward 0, counted as an error
         })  # fmt: skip

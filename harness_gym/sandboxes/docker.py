@@ -185,8 +185,7 @@ class DockerSandbox(ShellSandbox):
         with isolation.grader_folder() as copy:
             copy_grader_files(grader_files, Path(copy))
             started = time.perf_counter()
-            # one stream: the reward line must stay last (docker's separate streams reorder)
-            script = "exec 2>&1; " + command.replace("{grader}", mount)
+            script = command.replace("{grader}", mount)  # the verdict is read from stdout alone
             container = self._run_container(
                 [self.shell, "-c", script],
                 extra_volumes={copy: mount, str(grader_init_dir()): GRADER_INIT_DIR},
@@ -197,11 +196,19 @@ class DockerSandbox(ShellSandbox):
                 timed_out = False
             except Exception:  # requests' ReadTimeout, surfaced through the SDK
                 status, timed_out = None, True
-            output = b"" if timed_out else container.logs(stdout=True, stderr=True)
+            output = b"" if timed_out else container.logs(stdout=True, stderr=False)
+            errors = b"" if timed_out else container.logs(stdout=False, stderr=True)
             with contextlib.suppress(Exception):
                 container.remove(force=True)
             text, elided = elide(output, self.output_limit_chars)
-            return CommandResult(text, status, time.perf_counter() - started, timed_out=timed_out, elided_chars=elided)
+            return CommandResult(
+                text,
+                status,
+                time.perf_counter() - started,
+                timed_out=timed_out,
+                elided_chars=elided,
+                extra={"stderr": elide(errors, self.output_limit_chars)[0]},
+            )
 
     # ------------------------------------------------------------------ ShellSandbox
 

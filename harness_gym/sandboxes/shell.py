@@ -643,24 +643,27 @@ def run_oneshot(
     env: Mapping[str, str] | None = None,
     pass_fds: Sequence[int] = (),
 ) -> CommandResult:
-    """Run a command to completion with a time limit and capped output (used for grading);
-    ``pass_fds`` are handed to it (a sandbox's seccomp program, say)."""
+    """Run a command to completion with a time limit and capped output (used for grading).
+
+    ``output`` is stdout alone (where a grader's verdict is read); stderr, kept apart so nothing a
+    grader logs can pass for its verdict, is in ``extra["stderr"]``. ``pass_fds`` are handed to it
+    (a sandbox's seccomp program, say)."""
     started = time.perf_counter()
     proc = subprocess.Popen(
         list(argv),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        stderr=subprocess.PIPE,
         start_new_session=True,
         env=dict(env) if env is not None else None,
         pass_fds=tuple(pass_fds),
     )
     try:
-        out, _ = proc.communicate(timeout=timeout_s)
+        out, err = proc.communicate(timeout=timeout_s)
         timed_out = False
     except subprocess.TimeoutExpired:
         kill_process_group(proc)
-        out, timed_out = b"", True
+        out, err, timed_out = b"", b"", True
     text, elided = elide(out or b"", limit)
     return CommandResult(
         text,
@@ -668,6 +671,7 @@ def run_oneshot(
         time.perf_counter() - started,
         timed_out=timed_out,
         elided_chars=elided,
+        extra={"stderr": elide(err or b"", limit)[0]},
     )
 
 

@@ -10,8 +10,11 @@ of failing: :func:`validate_suite` lists them, :func:`load_tasks` warns and goes
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import math
+import secrets
 import shutil
 import tempfile
 import warnings
@@ -25,6 +28,7 @@ from harness_gym.sandboxes.base import GRADER_DIR, Sandbox, SandboxError, check_
 
 DEFAULT_GRADE_COMMAND = "python3 {grader}/grade.py"
 PAYLOAD_FILE = "payload.json"
+VERDICT_KEY_FILE = ".verdict-key"  # per-grading HMAC key of a signing grader (see parse_grader_output)
 
 
 class TaskError(ValueError):
@@ -38,6 +42,8 @@ class Task:
     ``grader_payload``: give the grader the episode as JSON (task, final message, transcript in
     OpenClaw's event shape) at ``<grader folder>/payload.json``, named by ``OPENCLAW_REWARD_PAYLOAD``.
     ``judge``: ``None``, or the grading type (``llm_judge`` / ``hybrid``) and rubric for an LLM judge.
+    ``signed_verdict``: the grader reads a fresh key from ``<grader folder>/.verdict-key`` (and deletes
+    it before any workspace code runs) and signs its verdict; any other line is not a verdict.
     """
 
     id: str
@@ -59,6 +65,7 @@ class Task:
     workspace_from_image: str | None = None  # the workspace is this folder of ``image`` (e.g. /testbed)
     hidden_paths: tuple[str, ...] = ()  # paths of ``image`` the agent must not see (hidden tests)
     world: str | None = None  # the world its sandbox runs on (harness_gym.worlds); None: the host's folders
+    signed_verdict: bool = False  # accept only a verdict line signed with the key written for this grading
 
     def __post_init__(self) -> None:
         """Refuse NaN, infinite, zero and negative durations, and a workspace that would be HOME or
@@ -99,25 +106,37 @@ class Task:
         with tempfile.TemporaryDirectory(prefix="harness-gym-payload-") as extra:
             files = list(self.grader_files)
             restore = self.metadata.get("restore_files") or ()
-            if restore and self.image and self.workspace_from_image:
-                files.append(_pristine(Path(extra), image_folder(self.image, self.workspace_from_image), restore))
+            original = self.original_workspace() if restore or self.metadata.get("restore_runner_config") else None
+            if original is not None:
+                files.append(_pristine(Path(extra), original, restore, bool(self.metadata.get("restore_runner_config"))))
             if self.grader_payload:
                 path = Path(extra) / PAYLOAD_FILE
                 path.write_text(json.dumps(self.payload(transcript or []), ensure_ascii=False), encoding="utf-8")
                 files.append(path)
                 env["OPENCLAW_REWARD_PAYLOAD"] = f"{mount}/{PAYLOAD_FILE}"
+            key = None
+            if self.signed_verdict:
+                key = secrets.token_hex(32).encode()
+                (Path(extra) / VERDICT_KEY_FILE).write_bytes(key)
+                files.append(Path(extra) / VERDICT_KEY_FILE)
             result = sandbox.grade(files, self.grade_command, self.grader_timeout_s, env, mount)
+        stderr = str(result.extra.get("stderr", ""))
         if result.timed_out:
-            graded = GradeResult(
-                0.0, {}, result.output, f"task {self.id}: the grader timed out after {self.grader_timeout_s:g} s"
-            )
+            graded = GradeResult(0.0, {}, "", f"task {self.id}: the grader timed out after {self.grader_timeout_s:g} s")
         else:
-            graded = parse_grader_output(self.id, result.output, result.exit_code)
+            graded = parse_grader_output(self.id, result.output, result.exit_code, key)
+        graded.log = result.output + (f"\n--- grader stderr ---\n{stderr}" if stderr else "")
         if self.judge is not None:
             from harness_gym.tasks.judge import apply_judge
 
             graded = apply_judge(self, graded, transcript or [])
         return graded
+
+    def original_workspace(self) -> Path | None:
+        """The folder the workspace starts as (an image's folder, or the task's own files)."""
+        if self.workspace_from_image is not None and self.image is not None:
+            return image_folder(self.image, self.workspace_from_image)
+        return self.workspace_dir
 
     def payload(self, transcript: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """What a chat-style grader reads: the task, the agent's final message and the transcript."""
@@ -130,9 +149,14 @@ class Task:
         }
 
 
-def _pristine(folder: Path, original: Path, paths: Sequence[str]) -> Path:
-    """The original versions of ``paths`` under ``folder/pristine/`` (what the grader restores)."""
+def _pristine(folder: Path, original: Path, paths: Sequence[str], runner_config: bool = False) -> Path:
+    """The original versions of ``paths`` under ``folder/pristine/`` and, with ``runner_config``, of the
+    test runner's configuration files under ``folder/config/`` (what the grader restores)."""
     root = folder / "restore"
+    if runner_config:
+        from harness_gym.tasks.graders.runner_config import copy_originals
+
+        copy_originals(str(original), str(root / "config"))
     for relative in paths:
         source = original / relative
         if source.is_file():
@@ -237,12 +261,45 @@ class GradeResult:
     error: str | None = None
 
 
-def parse_grader_output(task_id: str, output: str, exit_code: int | None) -> GradeResult:
-    """The last non-empty line is a float in [0, 1] or ``{"reward": float, "breakdown": {...}}``.
-    With a bare float, an earlier line holding a JSON object of sub-scores becomes the breakdown."""
+def verdict_signature(key: bytes, reward: Any, breakdown: Any) -> str:
+    """HMAC-SHA256 of the canonical verdict, as a signing grader computes it (the in-sandbox twin is
+    ``sign`` in tasks/builtin/_shared/verdict.py, standard library only; keep the two identical)."""
+    body = json.dumps({"reward": reward, "breakdown": breakdown}, sort_keys=True, separators=(",", ":"))
+    return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
+
+
+def _signed_verdict(task_id: str, output: str, key: bytes) -> GradeResult:
+    """The one stdout line that carries a valid signature; every other line is ignored."""
+    for line in reversed(output.splitlines()):
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(value, dict) or not isinstance(value.get("signature"), str):
+            continue
+        expected = verdict_signature(key, value.get("reward"), value.get("breakdown"))
+        if hmac.compare_digest(expected, value["signature"]):
+            verified = {"reward": value.get("reward"), "breakdown": value.get("breakdown")}
+            return parse_grader_output(task_id, json.dumps(verified), 0)
+    return GradeResult(0.0, {}, output, f"task {task_id}: the grader printed no verdict signed with this grading's key")
+
+
+def parse_grader_output(task_id: str, output: str, exit_code: int | None, key: bytes | None = None) -> GradeResult:
+    """The verdict, from the grader's stdout only. A grader that exited non-zero or was killed is a
+    grader error (reward 0, ``error`` set), whatever it printed. With ``key`` (a signing grader) only
+    the line signed with it counts. Otherwise the last non-empty line is a float in [0, 1] or
+    ``{"reward": float, "breakdown": {...}}``; with a bare float, an earlier line holding a JSON object
+    of sub-scores becomes the breakdown."""
+    if exit_code != 0:
+        how = "was killed" if exit_code is None or exit_code < 0 else f"exited with status {exit_code}"
+        if exit_code is not None and exit_code > 128:
+            how += f" (signal {exit_code - 128}?)"
+        return GradeResult(0.0, {}, output, f"task {task_id}: the grader {how}; a failed grader scores 0")
+    if key is not None:
+        return _signed_verdict(task_id, output, key)
     lines = [line.strip() for line in output.splitlines() if line.strip()]
     if not lines:
-        return GradeResult(0.0, {}, output, f"task {task_id}: the grader printed nothing (exit status {exit_code})")
+        return GradeResult(0.0, {}, output, f"task {task_id}: the grader printed nothing on stdout")
     last = lines[-1]
     breakdown: dict[str, Any] = {}
     try:

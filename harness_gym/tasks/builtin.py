@@ -54,6 +54,7 @@ def load_task_dir(folder: Path, shared: Path | None = None) -> Task:
         workspace_dir=folder / "workspace" if (folder / "workspace").is_dir() else None,
         grader_files=tuple(grader_files),
         grade_command=meta.get("grade_command", DEFAULT_GRADE_COMMAND),
+        signed_verdict=bool(meta.get("signed_verdict", False)),
         grader_timeout_s=float(meta.get("grader_timeout_s", 120.0)),
         time_limit_s=float(meta["time_limit_s"]) if meta.get("time_limit_s") else None,
         world=meta.get("world"),

@@ -28,7 +28,7 @@ from pathlib import Path
 import yaml
 
 from harness_gym.sandboxes.base import copy_grader_files
-from harness_gym.tasks.base import Suite, Task, TaskError, register_loader
+from harness_gym.tasks.base import Suite, Task, TaskError, parse_grader_output, register_loader
 from harness_gym.tasks.builtin import builtin_root, load_task_dir
 
 SWAPS: dict[type, type] = {
@@ -176,10 +176,7 @@ def run_hidden_tests(task: Task, project: Path, timeout_s: float = 5.0) -> float
             )
         except subprocess.TimeoutExpired:
             return None  # the code hangs: no good task (graders would wait for their time limit)
-    try:
-        return float(json.loads(result.stdout.strip().splitlines()[-1])["reward"])
-    except (ValueError, IndexError, KeyError):
-        return 0.0
+    return parse_grader_output(task.id, result.stdout, result.returncode).reward
 
 
 def _unique_context(text: str, mutated_block: str) -> str:
@@ -354,6 +351,7 @@ def _write_task(
         "mount_path": project.mount_path,
         "instruction": instruction,
         "grade_command": project.grade_command,
+        "signed_verdict": project.signed_verdict,
         "metadata": {
             "source_task": project.id,
             "bugs": len(chosen),

@@ -35,8 +35,9 @@ R2E_FIELDS = ("repo_name", "docker_image", "commit_hash", "problem_statement", "
 # (a failing `.` would end a POSIX shell, hence the test first)
 GRADE_COMMAND = (
     "if [ -f /opt/miniconda3/bin/activate ]; then . /opt/miniconda3/bin/activate testbed; fi; "
-    "cd /testbed && python3 {grader}/runner.py {grader}"
+    "cd /testbed && python3 -I -S {grader}/runner.py {grader}"
 )
+GRADER_SCRIPTS = ("runner_config.py", "pytest_report.py")  # copied next to runner.py
 
 
 def swebench_image(instance_id: str, arch: str = "x86_64") -> str:
@@ -65,6 +66,8 @@ def _grader_folder(kind: str, task_id: str, spec: dict[str, Any], test_patch: st
     (folder / "spec.json").write_text(json.dumps(spec), encoding="utf-8")
     (folder / "test.patch").write_text(test_patch, encoding="utf-8")
     shutil.copy2(RUNNER, folder / "runner.py")
+    for name in GRADER_SCRIPTS:
+        shutil.copy2(RUNNER.parent / name, folder / name)
     return folder
 
 
@@ -98,6 +101,7 @@ def swebench_task(row: dict[str, Any], options: dict[str, str]) -> Task:
             "version": row.get("version"),
             "base_commit": row.get("base_commit"),
             "restore_files": files,  # restored from the image before the test patch is applied
+            "restore_runner_config": True,
         },
     )
 
@@ -126,7 +130,12 @@ def r2e_task(row: dict[str, Any], options: dict[str, str]) -> Task:
         grader_files=(_grader_folder("r2e", task_id, spec),),
         grade_command=GRADE_COMMAND,
         grader_timeout_s=1800,
-        metadata={"family": "r2e-gym", "repo": row["repo_name"], "commit": row["commit_hash"]},
+        metadata={
+            "family": "r2e-gym",
+            "repo": row["repo_name"],
+            "commit": row["commit_hash"],
+            "restore_runner_config": True,
+        },
     )
 
 

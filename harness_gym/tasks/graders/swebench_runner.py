@@ -5,23 +5,21 @@ Usage: python runner.py GRADER_FOLDER, run from the repository (/testbed). The f
 files with ``pytest -rA``, resolved when every FAIL_TO_PASS and PASS_TO_PASS test passes. R2E:
 run the hidden tests with ``pytest -rA``; reward 1 only if every test's status matches the
 expected output. Prints one JSON line {"reward", "breakdown"}.
+
+Before the tests run, the runner's configuration (conftest.py, pytest.ini, ...; see
+runner_config.py next to this file) is put back to the task's original (``GRADER/config``) and
+stale bytecode is removed; the breakdown lists what was reverted. Outcomes come from the
+``pytest_report`` plugin's report file, not from pytest's stdout (which the code under test can
+print to). Run it as ``python3 -I -S runner.py GRADER`` so nothing of the repository (a
+sitecustomize.py reachable through an editable install's .pth) loads into this process.
 """
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
-
-_STATUS = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\s+(\S+)", re.MULTILINE)
-
-
-def statuses(output):
-    found = {}
-    for status, test in _STATUS.findall(output):
-        found.setdefault(test, status)
-    return found
+import tempfile
 
 
 def apply_patch(path):
@@ -38,6 +36,10 @@ def apply_patch(path):
 
 def main():
     folder = sys.argv[1]
+    sys.path.insert(0, folder)
+    import runner_config  # next to this script, which runs with -I
+
+    reverted = runner_config.revert(os.path.join(folder, "config"), os.getcwd())
     with open(os.path.join(folder, "spec.json"), encoding="utf-8") as handle:
         spec = json.load(handle)
     if spec["kind"] == "swebench":
@@ -55,12 +57,9 @@ def main():
             ok, log = apply_patch(patch)
             if not ok:
                 print(log[-2000:], file=sys.stderr)
-                print(json.dumps({"reward": 0.0, "breakdown": {"test_patch": "did not apply"}}))
+                print(json.dumps({"reward": 0.0, "breakdown": {"test_patch": "did not apply", "reverted": reverted}}))
                 return
-    command = [sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", *spec["test_paths"]]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=spec.get("timeout", 1800))
-    sys.stderr.write(run.stdout[-4000:] + run.stderr[-2000:])
-    found = statuses(run.stdout)
+    found, tampered = run_tests(folder, spec)
     if spec["kind"] == "swebench":
         f2p = [t for t in spec["fail_to_pass"] if found.get(t) == "PASSED"]
         p2p = [t for t in spec["pass_to_pass"] if found.get(t) == "PASSED"]
@@ -74,7 +73,45 @@ def main():
         matched = [t for t, status in expected.items() if _matches(found, t, status)]
         resolved = len(matched) == len(expected) and bool(expected)
         breakdown = {"matching_tests": f"{len(matched)}/{len(expected)}"}
+    breakdown["reverted"] = reverted
+    if tampered:
+        resolved = False
+        breakdown["tampered"] = tampered
     print(json.dumps({"reward": 1.0 if resolved else 0.0, "breakdown": breakdown}))
+
+
+def run_tests(folder, spec):
+    """Run pytest with the report plugin; returns ({test: status}, [tampered functions])."""
+    private = tempfile.mkdtemp(prefix="harness-gym-report-")
+    report = os.path.join(private, "report.jsonl")
+    env = dict(os.environ, HARNESS_GYM_REPORT=report, PYTHONDONTWRITEBYTECODE="1")
+    env["PYTHONPATH"] = folder + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    command = [sys.executable, "-B", "-m", "pytest", "-rA", "-p", "no:cacheprovider", "-p", "pytest_report"]
+    command += spec["test_paths"]
+    try:
+        run = subprocess.run(command, capture_output=True, text=True, timeout=spec.get("timeout", 1800), env=env)
+        sys.stderr.write(run.stdout[-4000:] + run.stderr[-2000:])
+    except subprocess.TimeoutExpired:
+        sys.stderr.write("the tests timed out\n")
+    found, tampered = {}, set()
+    try:
+        with open(report, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        lines = []
+    shutil.rmtree(private, ignore_errors=True)
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(record, dict):
+            continue
+        tampered.update(record.get("tampered") or [])
+        test, status = record.get("test"), record.get("status")
+        if isinstance(test, str) and isinstance(status, str) and found.get(test) not in ("FAILED", "ERROR"):
+            found[test] = status
+    return found, sorted(tampered)
 
 
 def _matches(found, test, status):
