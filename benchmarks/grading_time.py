@@ -95,11 +95,13 @@ def main() -> None:
     }
     if "baseline" in variants:
         result["grade_ratio"] = {
-            t: statistics.median(samples["current"][t]["grade_ms"]) / statistics.median(samples["baseline"][t]["grade_ms"])
+            t: statistics.median(samples["current"][t]["grade_ms"])
+            / statistics.median(samples["baseline"][t]["grade_ms"])
             for t in task_ids
         }
         result["start_ratio"] = {
-            t: statistics.median(samples["current"][t]["start_ms"]) / statistics.median(samples["baseline"][t]["start_ms"])
+            t: statistics.median(samples["current"][t]["start_ms"])
+            / statistics.median(samples["baseline"][t]["start_ms"])
             for t in task_ids
         }
     args.out.parent.mkdir(parents=True, exist_ok=True)
