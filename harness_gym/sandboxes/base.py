@@ -295,11 +295,9 @@ def project_paths() -> tuple[Path, ...]:
     package = Path(__file__).resolve().parent.parent
     found: set[Path] = {cache_root()}
     sources = [package]
-    for name in ("harness-gym", "harness_gym"):
-        try:
-            distribution = importlib.metadata.distribution(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
+    # the installed package's own folder first (fast), then all of sys.path (an editable install)
+    beside = list(importlib.metadata.distributions(name="harness-gym", path=[str(package.parent)]))
+    for distribution in beside or _all_distributions("harness-gym"):
         site = Path(str(distribution.locate_file(""))).resolve()
         for entry in distribution.files or ():
             parts = Path(str(entry)).parts
@@ -357,3 +355,12 @@ def _paths_named_in(pointer: Path) -> list[Path]:
         for p in named
         if Path(p).name in ("harness_gym", "trainers") or (Path(p) / "harness_gym").is_dir()
     ]
+
+
+def _all_distributions(name: str) -> list[Any]:
+    import importlib.metadata
+
+    try:
+        return [importlib.metadata.distribution(name)]
+    except importlib.metadata.PackageNotFoundError:
+        return []

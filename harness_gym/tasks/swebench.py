@@ -38,6 +38,9 @@ GRADE_COMMAND = (
     "cd /testbed && python3 -I -S {grader}/runner.py {grader}"
 )
 GRADER_SCRIPTS = ("runner_config.py", "pytest_report.py")  # copied next to runner.py
+# The format runs ``python -m pytest`` from /testbed, which puts /testbed on sys.path (the tests
+# import the repository); the runner script itself never has the workspace on its path.
+RUNNER_ENV = {"PYTHONSAFEPATH": ""}
 
 
 def swebench_image(instance_id: str, arch: str = "x86_64") -> str:
@@ -94,6 +97,7 @@ def swebench_task(row: dict[str, Any], options: dict[str, str]) -> Task:
         workspace_from_image="/testbed",
         grader_files=(_grader_folder("swebench", task_id, spec, row["test_patch"]),),
         grade_command=GRADE_COMMAND,
+        grader_env=RUNNER_ENV,
         grader_timeout_s=1800,
         metadata={
             "family": "swe-bench",
@@ -129,6 +133,7 @@ def r2e_task(row: dict[str, Any], options: dict[str, str]) -> Task:
         hidden_paths=("/r2e_tests",),
         grader_files=(_grader_folder("r2e", task_id, spec),),
         grade_command=GRADE_COMMAND,
+        grader_env=RUNNER_ENV,
         grader_timeout_s=1800,
         metadata={
             "family": "r2e-gym",
