@@ -83,3 +83,24 @@ def test_generated_tasks_are_solvable_and_untouched_scores_zero(tmp_path):
     env.close()
     with pytest.raises(Exception, match="not a folder"):
         validate_suite(f"generated:{tmp_path / 'nothing'}")
+
+
+def test_a_hanging_mutant_leaves_no_process_behind(tmp_path):
+    """The generator's host-side check of a mutant that loops forever times out, and the grader's
+    untrusted child dies with the grader instead of spinning on (PR_SET_PDEATHSIG)."""
+    import subprocess
+    import time
+
+    from harness_gym.tasks import load_tasks
+    from harness_gym.tasks.generator import correct_project, run_hidden_tests
+
+    task = next(t for t in load_tasks("builtin") if t.id == "repair-median")
+    correct_project(task, tmp_path)
+    module = next(p for p in sorted(tmp_path.rglob("*.py")) if p.name != "__init__.py")
+    module.write_text("while True:\n    pass\n")
+    assert run_hidden_tests(task, tmp_path, timeout_s=2.0) is None
+    time.sleep(1)
+    running = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert f"{tmp_path}" not in running and not any(
+        "evaluate_calls.py" in line and "harness-gym-verify" in line for line in running.splitlines()
+    )
