@@ -7,6 +7,7 @@
     harness-gym report results.jsonl [--out DIR]
     harness-gym compare a.jsonl b.jsonl
     harness-gym view trajectory.jsonl [--html page.html]
+    harness-gym export prompts|sft ... (datasets for TRL, verifiers, OpenRLHF; see harness_gym.export)
 
 ``check`` runs the privileged reference agent on every task in every chosen harness: a
 solvability benchmark of the harnesses themselves (every task must score 1.0 everywhere).
@@ -357,6 +358,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.set_defaults(func=_cmd_serve)
+
+    from harness_gym.export import add_export_parser
+
+    add_export_parser(sub)  # export prompts | sft
     return parser
 
 
