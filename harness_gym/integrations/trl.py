@@ -96,7 +96,9 @@ def tool_method(tool: BoundTool) -> Callable[..., str]:
         )
     parameters.sort(key=lambda p: p.default is not inspect.Parameter.empty)  # required first
     description = tool.description.strip() or tool.name
-    doc = description + ("\n\nArgs:\n" + "\n".join(_parameter_doc(n, s) for n, s in properties.items()) if properties else "")
+    doc = description + (
+        "\n\nArgs:\n" + "\n".join(_parameter_doc(n, s) for n, s in properties.items()) if properties else ""
+    )
 
     def call(self: HarnessToolEnvironment, **arguments: Any) -> str:
         return self._call(tool.name, {k: v for k, v in arguments.items() if v is not None})
