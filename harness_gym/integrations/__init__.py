@@ -1,6 +1,8 @@
 """Adapters to RL libraries, one module per library, each behind its own extra:
 
 - :mod:`harness_gym.integrations.trl` — TRL ``GRPOTrainer(environment_factory=...)`` (``[trl]``);
+- :mod:`harness_gym.integrations.verifiers` — verifiers v1 ``Taskset`` / ``Env`` (``[verifiers]``; plugin
+  package ``harness_gym_verifiers``);
 - :mod:`harness_gym.integrations.skyrl` — SkyRL-gym ``BaseTextEnv`` (``[skyrl]``);
 - :mod:`harness_gym.integrations.gem` — GEM ``gem.Env`` (``[gem]``).
 

@@ -16,7 +16,7 @@ from harness_gym.env import HarnessEnv
 from harness_gym.requests import harness_env_arguments
 from harness_gym.tasks import Task
 
-LIBRARIES = ("trl", "skyrl", "gem")
+LIBRARIES = ("trl", "verifiers", "skyrl", "gem")
 # the aspects of a harness an adapter must carry; C and W split by level (levels 1-2 are the hard ones)
 ASPECTS = ("S", "T", "T-resampled", "O", "C0", "C1/C2", "W0", "W1/W2", "hooks", "skills")
 
@@ -56,6 +56,16 @@ SUPPORT: dict[str, dict[str, Support]] = {
         ),
         "hooks": _yes("hook and workflow messages are appended to the tool result they follow"),
         "skills": _yes("skills are a message of the dataset prompt"),
+    },
+    "verifiers": {
+        **_COMMON,
+        "S": _yes("the task's system prompt"),
+        "T": _yes("tools described in the system prompt, calls parsed from the reply"),
+        "T-resampled": _yes("names drawn from each task's seed"),
+        "C1/C2": _no(f"verifiers {_APPEND_ONLY}"),
+        "W1/W2": _yes("the whole reply reaches the plan gate"),
+        "hooks": _yes("hook messages are user turns"),
+        "skills": _yes("skills are a user message of the prompt"),
     },
     "skyrl": {
         **_COMMON,
