@@ -287,3 +287,52 @@ def test_trl_unfinished_rollout_is_graded_as_it_stands_and_finished_episodes_ref
     with pytest.raises(RuntimeError, match="episode is over"):
         instance.execute_bash(command="echo again")
     assert json.loads(json.dumps(instance.get_reward())) == 0.0
+
+
+@trl_required
+@pytest.mark.slow
+def test_trl_grpo_step_with_smollm2(tmp_path, monkeypatch):
+    """One real GRPO step (generation, tool loop, environment rewards, backward) with SmolLM2-135M."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    from harness_gym.agents.huggingface import default_model
+    from harness_gym.export import prompt_rows
+    from harness_gym.integrations.trl import HarnessGRPOTrainer, HarnessToolEnvironment, environment_factory
+
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    try:
+        folder, gguf = default_model()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+    tokenizer.chat_template = qwen2_5_chat_template  # ChatML with Hermes tool calls: TRL can parse them
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32)
+    rows = prompt_rows("builtin", "S0T0O0C0W1", task_limit=1)
+    args = GRPOConfig(
+        output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=2, num_generations=2,
+        max_completion_length=16, max_tool_calling_iterations=1, use_cpu=True, report_to=[], save_strategy="no",
+        logging_steps=1,
+    )  # fmt: skip
+    trainer = HarnessGRPOTrainer(
+        model, args=args, train_dataset=Dataset.from_list(rows * 2), processing_class=tokenizer,
+        environment_factory=environment_factory("S0T0O0C0W1", tasks="builtin"),
+    )  # fmt: skip
+    result = trainer.train()
+    assert result.global_step == 1
+    environments = [e for e in trainer.environments if isinstance(e, HarnessToolEnvironment)]
+    assert len(environments) == 2 and all(e._env.task is not None and e._reward is not None for e in environments)
+    logged = trainer.state.log_history[0]
+    reward_key = next(k for k in logged if k.startswith("rewards/HarnessEnv") and k.endswith("/mean"))
+    assert logged[reward_key] == sum(e._reward for e in environments) / 2  # the graders' rewards, averaged
+
+
+@trl_required
+def test_trl_refuses_tools_a_python_signature_cannot_present():
+    from harness_gym.integrations.trl import environment_factory
+
+    with pytest.raises(UnsupportedHarness, match=r"tool 'Grep': parameter '-i' is not a Python identifier.*factor T"):
+        environment_factory("Harness-ClaudeCodeStyle")
