@@ -9,6 +9,7 @@
     harness-gym view trajectory.jsonl [--html page.html]
     harness-gym worlds list | build NAME... [--force] | path NAME | rm NAME...
     harness-gym serve-env Harness-S1T2O0C1W2 [--port 8000] [--max-sessions 32] [--idle-timeout 600]
+    harness-gym export prompts|sft ... (datasets for TRL, verifiers, OpenRLHF; see harness_gym.export)
 
 ``check`` runs the privileged reference agent on every task in every chosen harness: a
 solvability benchmark of the harnesses themselves (every task must score 1.0 everywhere).
@@ -493,6 +494,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--ws-compression", action="store_true", help="compress WebSocket messages (slow links between machines)"
     )
     serve_env.set_defaults(func=_cmd_serve_env)
+    from harness_gym.export import add_export_parser
+
+    add_export_parser(sub)  # export prompts | sft
     return parser
 
 

@@ -9,6 +9,7 @@ grader gives the reward.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import dataclasses
@@ -191,6 +192,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         self._rendered = 0
         if self.render_mode == "human":
             self.render()
+        info["new_messages"] = [_copy_message(m) for m in self.messages]  # the turn API: all of it is new
         return self._observation(), info
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
@@ -309,11 +311,25 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
                 # writing the summary file runs a command in the sandbox: not harness overhead
                 sandbox_s += time.perf_counter() - context_started
         info["reward_breakdown"] = info.get("reward_breakdown", {})
+        # the turn API: what the environment answered this step, and the whole context when it was rewritten
+        info["new_messages"] = [_copy_message(m) for m in responses]
+        if info["context_reset"]:
+            info["context"] = [_copy_message(m) for m in self.messages]
         total = time.perf_counter() - started
         self.last_step_timing = {"step_s": total, "sandbox_s": sandbox_s, "overhead_s": total - sandbox_s}
         if self.render_mode == "human":
             self.render()
         return self._observation(), float(reward), terminated, truncated, info
+
+    async def areset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``reset`` in a worker thread, for async frameworks: sandbox work never blocks the event loop."""
+        return await asyncio.to_thread(self.reset, seed=seed, options=options)
+
+    async def astep(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        """``step`` in a worker thread (one call at a time per environment, like ``step``)."""
+        return await asyncio.to_thread(self.step, action)
 
     def truncate(self, reason: str) -> tuple[float, dict[str, Any]]:
         """End the running episode from outside (a trainer's token budget, a wall clock) and grade
@@ -321,7 +337,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         if self.done or self.task is None or self.sandbox is None:
             raise RuntimeError("no episode is running; truncate() ends one that reset() started")
         info = self._base_info()
-        info.update(terminated_reason="truncated", truncation_reason=reason, context_reset=False)
+        info.update(terminated_reason="truncated", truncation_reason=reason, context_reset=False, new_messages=[])
         reward = self._grade(info)
         return reward, info
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from harness_gym.bench.runner import resolve_harnesses
 from harness_gym.design import build_schedule, training_set
+from harness_gym.export import rollout_seed
 from harness_gym.tasks import load_tasks
 from trainers.requests import RolloutRequest, harness_env_arguments
 
@@ -110,10 +111,7 @@ def grid_rows(
     return [row(RolloutRequest(suite, t, h, seed=_seed(seed, 0, t, 0))) for h in refs for t in ids]
 
 
-def _seed(seed: int, epoch: int, task_id: str, slot: int) -> int:
-    """A stable per-rollout environment seed (independent of row order and of Python's hash seed)."""
-    digest = hashlib.sha256(f"{seed}/{epoch}/{task_id}/{slot}".encode()).digest()
-    return int.from_bytes(digest[:4], "big")
+_seed = rollout_seed  # one seed rule for OpenRLHF datasets and `harness-gym export prompts`
 
 
 def write_dataset(rows: Iterable[dict[str, str]], path: str | Path, settings: dict[str, Any]) -> dict[str, Any]:

@@ -153,9 +153,7 @@ def load_exploits(path: str | Path | None = None, names: Iterable[str] | None = 
             f"exploit library {path or 'exploits.yaml'} is invalid: "
             + "; ".join(f"{e.json_path}: {e.message}" for e in errors)
         )
-    exploits = [
-        Exploit(e["name"], e["description"], tuple(e["steps"]), e.get("requires")) for e in data["exploits"]
-    ]
+    exploits = [Exploit(e["name"], e["description"], tuple(e["steps"]), e.get("requires")) for e in data["exploits"]]
     if names is not None:
         wanted = list(names)
         known = {e.name for e in exploits}
@@ -214,7 +212,7 @@ def apply_exploit(sandbox: Any, task: Task, exploit: Exploit, timeout_s: float =
                 content = contents.get(Path(relative).suffix, contents["default"])
                 quoted = shlex.quote(relative)
                 sandbox.run(
-                    f"[ -e {quoted} ] || {{ mkdir -p -- \"$(dirname -- {quoted})\" && printf %s {shlex.quote(content)} > {quoted}; }}",
+                    f'[ -e {quoted} ] || {{ mkdir -p -- "$(dirname -- {quoted})" && printf %s {shlex.quote(content)} > {quoted}; }}',
                     timeout_s,
                 )
         sandbox.run(f"cd {shlex.quote(mount)}", timeout_s)

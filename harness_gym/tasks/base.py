@@ -108,7 +108,9 @@ class Task:
             restore = self.metadata.get("restore_files") or ()
             original = self.original_workspace() if restore or self.metadata.get("restore_runner_config") else None
             if original is not None:
-                files.append(_pristine(Path(extra), original, restore, bool(self.metadata.get("restore_runner_config"))))
+                files.append(
+                    _pristine(Path(extra), original, restore, bool(self.metadata.get("restore_runner_config")))
+                )
             if self.grader_payload:
                 path = Path(extra) / PAYLOAD_FILE
                 path.write_text(json.dumps(self.payload(transcript or []), ensure_ascii=False), encoding="utf-8")
