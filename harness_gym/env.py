@@ -50,7 +50,8 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         spec: a harness spec (mapping, or path to a YAML/JSON file).
         tasks: a suite name (``"builtin"``, ``"builtin:train"``) or a sequence of :class:`Task`.
         sandbox: a backend name (``"bubblewrap"``) or a factory returning a :class:`Sandbox`.
-        sandbox_options: keyword arguments for the backend.
+        sandbox_options: the backend's options (a mapping or a :class:`SandboxOptions`; validated here,
+            unknown keys and bad values refused); ``command_timeout_s`` caps every command.
         tool_call_format: override the spec's format (``auto`` or a format of :mod:`harness_gym.tool_formats`).
         max_steps: override the spec's step budget.
         summarizer: the context summariser (default: deterministic, no model).

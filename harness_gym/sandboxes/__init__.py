@@ -18,6 +18,7 @@ from harness_gym.sandboxes.base import (
 )
 from harness_gym.sandboxes.bubblewrap import BubblewrapSandbox, bubblewrap_available
 from harness_gym.sandboxes.docker import DockerSandbox
+from harness_gym.sandboxes.options import SandboxOptions, SandboxOptionsError
 from harness_gym.sandboxes.unsafe import UnsafeHostSandbox
 
 __all__ = [
@@ -29,6 +30,8 @@ __all__ = [
     "Sandbox",
     "SandboxError",
     "SandboxFactory",
+    "SandboxOptions",
+    "SandboxOptionsError",
     "UnsafeHostSandbox",
     "bubblewrap_available",
     "choose_backend",

@@ -209,7 +209,7 @@ class BubblewrapSandbox(ShellSandbox):
             self._lease.record(
                 workspace=str(self.workspace),
                 control=str(self._control),
-                cgroup=" ".join(map(str, self._cgroups)) or None,
+                cgroups=[str(g) for g in self._cgroups],
             )
         self.limits = self._limit_report(cgroups.report)
         self._sync_state()

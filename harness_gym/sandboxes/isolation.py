@@ -133,12 +133,11 @@ def owner_alive(pid: int, start_time: int | None) -> bool:
 
 
 class Registry:
-    """What this process created on the host (workspaces, control and grader folders, cgroups, sandbox
-    processes, uids), in ``<state>/owners/<pid>-<start>.log``: an append-only log of ``+kind value``
+    """What this process created on the host (workspaces, control and grader folders, cgroups, uids), in ``<state>/owners/<pid>-<start>.log``: an append-only log of ``+kind value``
     and ``-kind value`` lines (one ``write`` each; compacted when it grows), so that a ``kill -9``
     leaves an exact list that :func:`reclaim_dead_owners` cleans up at the next start."""
 
-    KINDS = ("dir", "cgroup", "process", "uid", "container")
+    KINDS = ("dir", "cgroup", "uid")  # Docker containers: labelled with their owner (docker.py)
     COMPACT_BYTES = 1 << 16
 
     def __init__(self) -> None:
@@ -276,14 +275,6 @@ def dead_owner_logs() -> list[Path]:
 def reclaim(items: Mapping[str, list[str]]) -> list[str]:
     """Kill, remove and unmount the recorded resources of a dead owner."""
     done = []
-    for value in items.get("process", []):
-        pid, _, start = value.partition(":")
-        if pid.isdigit() and owner_alive(int(pid), int(start) if start.isdigit() else None):
-            with contextlib.suppress(OSError):
-                os.killpg(int(pid), 9)
-            with contextlib.suppress(OSError):
-                os.kill(int(pid), 9)
-            done.append(f"killed sandbox process {pid}")
     for uid in items.get("uid", []):
         kill_uid(int(uid))
     for group in items.get("cgroup", []):
@@ -294,16 +285,7 @@ def reclaim(items: Mapping[str, list[str]]) -> list[str]:
         if Path(folder).exists() or os.path.ismount(folder):
             release_workspace(Path(folder))
             done.append(f"removed {folder}")
-    for name in items.get("container", []):
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            result = subprocess.run(["docker", "rm", "-f", name], capture_output=True, timeout=30)
-            if result.returncode == 0:
-                done.append(f"removed container {name}")
     return done
-
-
-def sandbox_process_id(pid: int) -> str:
-    return f"{pid}:{process_start_time(pid)}"
 
 
 def die_with_parent() -> None:
@@ -346,7 +328,7 @@ class UidLease:
             return lease
         raise RuntimeError(f"all {UID_COUNT} sandbox uids are in use")
 
-    def record(self, **resources: str | None) -> None:
+    def record(self, **resources: str | list[str] | None) -> None:
         """Remember what this lease created, so a later owner can clean up after a crash."""
         os.ftruncate(self.handle, 0)
         os.pwrite(self.handle, json.dumps(resources).encode(), 0)
@@ -360,9 +342,8 @@ class UidLease:
         if not any(data.values()):
             return  # released cleanly
         kill_uid(self.uid)
-        for key in ("cgroup_memory", "cgroup_pids", "cgroup_cpu", "cgroup"):
-            if data.get(key):
-                remove_cgroup(Path(data[key]))
+        for group in data.get("cgroups") or []:
+            remove_cgroup(Path(group))
         for key in ("workspace", "control"):
             if data.get(key):
                 release_workspace(Path(data[key]))
