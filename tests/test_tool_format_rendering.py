@@ -218,3 +218,14 @@ def test_tool_call_validity_per_format():
         "hermes": {"calls": 4, "parse_errors": 1, "validity": 0.75},
         "mistral": {"calls": 1, "parse_errors": 0, "validity": 1.0},
     }
+
+
+def test_hf_actions_keep_the_formats_special_tokens_and_drop_the_rest():
+    from harness_gym.agents.huggingface import decode_action
+
+    tokenizer = _tokenizer(PLAIN)
+    tokenizer.add_special_tokens({"eos_token": "<|im_end|>"})
+    tokenizer.add_tokens(["[TOOL_CALLS]", "[ARGS]", "<|python_tag|>"], special_tokens=True)
+    ids = tokenizer("[TOOL_CALLS] hello [ARGS] hello <|im_end|>", add_special_tokens=False)["input_ids"]
+    assert decode_action(tokenizer, ids, "mistral").replace(" ", "") == "[TOOL_CALLS]hello[ARGS]hello"
+    assert "[TOOL_CALLS]" not in decode_action(tokenizer, ids, "hermes")  # hermes has no special markers

@@ -134,12 +134,24 @@ class HFAgent:
         self.prompt_lengths.append(int(ids.shape[1]))
         self.usage["completion_tokens"] += int(new.shape[0])
         self.usage["calls"] += 1
-        return self._decode(new)
+        return decode_action(self.tokenizer, new, self.fmt)
 
-    def _decode(self, ids: Any) -> str:
-        """The generated text with the family's special-token markers kept (DeepSeek's, Kimi's,
-        gpt-oss's calls are special tokens), only end-of-sequence and padding dropped."""
-        text = self.tokenizer.decode(ids, skip_special_tokens=False)
-        for token in {self.tokenizer.eos_token, self.tokenizer.pad_token} - {None, ""}:
+
+def decode_action(tokenizer: Any, ids: Any, fmt: str) -> str:
+    """Generated ids as the action text. Special tokens are dropped (end of turn, padding, ...)
+    except those that belong to the tool-call format (DeepSeek's, Kimi's, gpt-oss's, Mistral's
+    calls are written in special tokens)."""
+    from harness_gym.tool_formats import get_format
+
+    family = get_format(fmt)
+    syntax = family.example + " ".join(family.markers)
+    added = getattr(tokenizer, "added_tokens_decoder", {}) or {}
+    special = {*getattr(tokenizer, "all_special_tokens", []), *(t.content for t in added.values() if t.special)}
+    kept = {t for t in special if t and t in syntax}
+    if not kept:
+        return tokenizer.decode(ids, skip_special_tokens=True)
+    text = tokenizer.decode(ids, skip_special_tokens=False)
+    for token in sorted(special - kept, key=len, reverse=True):
+        if token:
             text = text.replace(token, "")
-        return text
+    return text
