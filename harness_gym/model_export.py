@@ -27,6 +27,22 @@ def end_of_turn_token(tokenizer: Any) -> str | None:
     return next((t for t in END_OF_TURN if t in template and t in vocabulary), None)
 
 
+def _save_dequantized(network: Any, folder: Path) -> None:
+    """Save the weights as a plain checkpoint. GGUF weights are de-quantized on load, but newer
+    transformers keep a GGUF quantizer on the model that refuses to serialise: it is detached for
+    the save and put back (the model is shared with in-process agents)."""
+    quantizer = getattr(network, "hf_quantizer", None)
+    config = network.config
+    quantization = config.__dict__.pop("quantization_config", None)
+    try:
+        network.hf_quantizer = None
+        network.save_pretrained(folder)
+    finally:
+        network.hf_quantizer = quantizer
+        if quantization is not None:
+            config.quantization_config = quantization
+
+
 def export_model(
     out: str | Path, *, model: str | None = None, gguf_file: str | None = None, force: bool = False
 ) -> Path:
@@ -48,7 +64,7 @@ def export_model(
         tokenizer.pad_token = tokenizer.pad_token or eos
     folder.mkdir(parents=True, exist_ok=True)
     with lock:
-        network.save_pretrained(folder)
+        _save_dequantized(network, folder)
     tokenizer.save_pretrained(folder)
     if eos is not None:
         eos_id = tokenizer.convert_tokens_to_ids(eos)

@@ -233,3 +233,24 @@ def test_openai_agent_against_an_external_server():
     result = run_episode(env, agent, seed=0)
     env.close()
     assert result.steps >= 1 and agent.usage["calls"] >= 1
+
+
+@pytest.mark.slow
+def test_readme_main_command_as_written(tmp_path, capsys):
+    """The README's main command exactly (the in-process SmolLM2): the report shows the model beside
+    the calibration rows, reference 100 and null 0, and the tool-mode fallback is announced."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    command = re.search(r"```bash\n(apt-get update[^\n]*harness-gym bench[^\n]*)\n```", readme).group(1)
+    arguments = shlex.split(command.split("harness-gym ", 1)[1])
+    assert main([*arguments, "--out", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert "drops the `tools` field" in captured.err
+    report = (tmp_path / "report.md").read_text()
+    assert re.search(r"\| model \(hf:SmolLM2-135M-Instruct\) \| 8 \| 0 \|", report)
+    assert re.search(r"\| reference \| 8 \| 0 \| 100\.0 \|", report) and re.search(
+        r"\| null \| 8 \| 0 \| 0\.0 \|", report
+    )
