@@ -48,6 +48,7 @@ def vllm_server(tmp_path_factory):
         sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
         "--served-model-name", "smollm2", "--dtype", "float32", "--max-model-len", "4096",
         "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--host", "127.0.0.1", "--port", str(port),
+        "--enforce-eager",  # no torch.compile warm-up: it took over 15 minutes on 2 busy cores
     ]  # fmt: skip
     environment = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")}
     server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True)
