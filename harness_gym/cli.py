@@ -6,6 +6,7 @@
     harness-gym bench [--agent hf|openai|reference|python:mod:fn] [--configs quick] [--runs 3] ...
     harness-gym report results.jsonl [--out DIR]
     harness-gym compare a.jsonl b.jsonl
+    harness-gym export-model [--out DIR]
     harness-gym view trajectory.jsonl [--html page.html]
     harness-gym worlds list | build NAME... [--force] | path NAME | rm NAME...
     harness-gym serve-env Harness-S1T2O0C1W2 [--port 8000] [--max-sessions 32] [--idle-timeout 600]
@@ -123,8 +124,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from harness_gym.agents.factory import make_agent
+    """Validate everything (harnesses, tasks, output folder, agent, endpoint) before the model
+    loads or an episode starts, then run; a run whose episodes mostly error exits non-zero."""
+    from harness_gym.agents.factory import check_agent, make_agent, validate_agent
     from harness_gym.bench import BenchRunner, load_records, resolve_harnesses, write_report
+    from harness_gym.bench.runner import CALIBRATION, BenchAborted
 
     options = {
         "model": args.model,
@@ -136,10 +140,12 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         "max_tokens": args.max_new_tokens,
         "temperature": args.temperature,
     }
-    factory = functools.partial(make_agent, args.agent, **{k: v for k, v in options.items() if v is not None})
-    if args.agent == "hf":
-        print("loading the in-process model (once per worker; about 30 s on 2 cores)...", file=sys.stderr)
-        factory()  # load now: fail fast, and threads share the loaded model
+    options = {k: v for k, v in options.items() if v is not None}
+    calibration = [] if args.calibration in ("", "none") else [c.strip() for c in args.calibration.split(",")]
+    unknown = [c for c in calibration if c not in CALIBRATION]
+    if unknown:
+        raise ValueError(f"--calibration: unknown agents {unknown}; choose from {', '.join(CALIBRATION)} or none")
+    calibration = [c for c in calibration if c != args.agent]  # the reference agent needs no reference
     env_options: dict[str, object] = {}
     if args.max_steps:
         env_options["max_steps"] = args.max_steps
@@ -147,8 +153,17 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         env_options["sandbox"] = args.sandbox
     if args.world:
         env_options["world"] = args.world
+    agent_info = {
+        "agent": args.agent,
+        "model": args.model,
+        "gguf_file": args.gguf_file,
+        "endpoint": args.base_url,
+        "tool_mode": args.tool_mode,
+        "max_new_tokens": args.max_new_tokens,
+        "temperature": args.temperature,
+    }
     runner = BenchRunner(
-        factory,
+        functools.partial(make_agent, args.agent, **options),
         resolve_harnesses(args.configs),
         args.tasks,
         runs=args.runs,
@@ -161,13 +176,35 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         task_count=args.task_count,
         ray_address=args.ray_address,
         save_trajectories=not args.no_trajectories,
+        agent_info=agent_info,
+        calibration=calibration,
+        max_error_rate=None if args.max_error_rate >= 1 else args.max_error_rate,
     )
+    runner.prepare()  # the output folder and, with --resume, the recorded manifest
+    validate_agent(args.agent, options)
+    if args.agent == "hf":
+        print("loading the in-process model (once per worker; about 30 s on 2 cores)...", file=sys.stderr)
+    elif args.agent == "openai":
+        print(f"probing {args.base_url} ...", file=sys.stderr)
+    check = check_agent(args.agent, options)  # builds the agent once: loads the model, probes the endpoint
+    for notice in check.notices:
+        print(f"harness-gym: notice: {notice}", file=sys.stderr)
+    runner.agent_factory = functools.partial(make_agent, args.agent, **check.options)
+    runner.notices = check.notices
     started = time.perf_counter()
-    results = runner.run()
-    paths = write_report(load_records(results), args.out)
-    print(f"\n{len(load_records(results))} episodes in {results} ({time.perf_counter() - started:.0f} s this run)")
+    aborted: str | None = None
+    try:
+        results = runner.run()
+    except BenchAborted as exc:
+        aborted, results = str(exc), runner.results.path
+    records = load_records(results)
+    paths = write_report(records, args.out)
+    print(f"\n{len(records)} episode records in {results} ({time.perf_counter() - started:.0f} s this run)")
     print(f"report: {paths['markdown']}")
     print(paths["markdown"].read_text(encoding="utf-8").split("## Per harness")[0])
+    if aborted:
+        print(f"harness-gym: error: {aborted}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -184,9 +221,16 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from harness_gym.bench import compare_results, load_records
 
     result = compare_results(load_records(args.a), load_records(args.b))
+    print(
+        f"{result['shared_units']} (harness, task) pairs matched; dropped {result['only_a']} only in {args.a}"
+        f" and {result['only_b']} only in {args.b}"
+    )
+    if not result["shared_units"]:
+        print("nothing to compare: the two runs share no (harness, task) pair", file=sys.stderr)
+        return 1
     print(f"{'class':<14}{'units':>7}{'A %':>8}{'B %':>8}{'B-A':>8}   95% CI")
     for klass, row in result.items():
-        if klass == "shared_units":
+        if klass in ("shared_units", "only_a", "only_b"):
             continue
         print(
             f"{klass:<14}{row['units']:>7}{100 * row['a']:>8.1f}{100 * row['b']:>8.1f}{100 * row['difference']:>+8.1f}"
@@ -275,6 +319,18 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     return 1 if report.exploitable() else 0
 
 
+def _cmd_export_model(args: argparse.Namespace) -> int:
+    from harness_gym.model_export import export_model
+
+    folder = export_model(args.out, model=args.model, gguf_file=args.gguf_file, force=args.force)
+    print(f"wrote {folder}; serve it with:")
+    print(
+        f"  python -m vllm.entrypoints.openai.api_server --model {folder} "
+        "--enable-auto-tool-choice --tool-call-parser hermes"
+    )
+    return 0
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     from harness_gym.serve import ModelServer
 
@@ -352,6 +408,16 @@ def _cmd_serve_env(args: argparse.Namespace) -> int:
     return 0
 
 
+class DefaultsHelp(argparse.HelpFormatter):
+    """Shows each option's default in ``--help``, unless the help already says it or there is none."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "(default" in text or action.default in (None, False, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return f"{text} (default: %(default)s)" if text else "default: %(default)s"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="harness-gym", description="The agent harness as an experimental variable.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -380,11 +446,15 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--out", type=Path, help="write one JSON line per episode here")
     check.set_defaults(func=_cmd_check)
 
-    bench = sub.add_parser("bench", help="benchmark an agent across harnesses (results, trajectories, report)")
+    bench = sub.add_parser(
+        "bench",
+        help="benchmark an agent across harnesses (results, trajectories, report)",
+        formatter_class=DefaultsHelp,
+    )
     bench.add_argument(
         "--agent",
         default="hf",
-        help="hf (in-process, default SmolLM2-135M), openai, reference, null, python:module:function",
+        help="hf (in-process; SmolLM2-135M unless --model), openai, reference, null, python:module:attribute",
     )
     bench.add_argument(
         "--configs",
@@ -392,36 +462,52 @@ def build_parser() -> argparse.ArgumentParser:
         help="quick, training, heldout[:N], all, base, presets, out-of-space, ids, env ids or spec files (comma-separated)",
     )
     bench.add_argument("--tasks", default="builtin:eval", help="task suite, e.g. builtin, builtin:eval")
-    bench.add_argument("--task-count", type=int, help="use only the first N tasks of the suite")
-    bench.add_argument("--runs", type=int, default=3, help="runs per (harness, task); Pass@1 is their mean (default 3)")
-    bench.add_argument("--max-steps", type=int, help="override every harness's step budget")
+    bench.add_argument("--task-count", type=int, help="use only the first N tasks of the suite (default: all)")
+    bench.add_argument("--runs", type=int, default=3, help="runs per (harness, task); Pass@1 is their mean")
+    bench.add_argument("--max-steps", type=int, help="override every harness's step budget (default: the harness's)")
     bench.add_argument("--workers", type=int, default=1, help="episodes in parallel")
-    bench.add_argument("--executor", choices=["thread", "process"], default="thread")
+    bench.add_argument(
+        "--executor", choices=["thread", "process"], default="thread", help="how episodes run in parallel"
+    )
     bench.add_argument("--ray", action="store_true", help="run episodes as Ray tasks (local, or --ray-address)")
-    bench.add_argument("--ray-address")
+    bench.add_argument("--ray-address", help="a Ray cluster to join (default: start a local one)")
     bench.add_argument(
         "--sandbox", help="sandbox backend for every harness (default: bubblewrap, Docker for image tasks)"
     )
     bench.add_argument(
         "--world", help="the world every task runs on (default: each suite's own; see `harness-gym worlds list`)"
     )
-    bench.add_argument("--out", type=Path, default=Path("bench-results"), help="output folder (default bench-results)")
-    bench.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
-    bench.add_argument("--seed", type=int, default=0)
-    bench.add_argument("--no-trajectories", action="store_true")
-    bench.add_argument("--model", help="hf: a local model folder; openai: the model name")
+    bench.add_argument("--out", type=Path, default=Path("bench-results"), help="output folder")
+    bench.add_argument("--resume", action="store_true", help="continue an interrupted run in --out (same manifest)")
+    bench.add_argument("--seed", type=int, default=0, help="base seed; episodes of a (task, run) share theirs")
+    bench.add_argument("--no-trajectories", action="store_true", help="do not write per-episode trajectories")
+    bench.add_argument(
+        "--calibration",
+        default="reference,null",
+        help="agents run once per (harness, task) beside the model, whose Pass@1 is known (reference 1, null 0); none",
+    )
+    bench.add_argument(
+        "--max-error-rate",
+        type=float,
+        default=0.5,
+        help="stop early (exit 1) when more than this share of finished episodes errored; 1 never stops",
+    )
+    bench.add_argument("--model", help="hf: a local model folder (default: packaged SmolLM2); openai: the model name")
     bench.add_argument("--gguf-file", help="hf: the GGUF file inside --model")
     bench.add_argument("--base-url", help="openai: the endpoint, e.g. http://localhost:8000/v1")
     bench.add_argument("--api-key-env", default="OPENAI_API_KEY", help="openai: environment variable holding the key")
     bench.add_argument(
         "--tool-mode",
-        choices=["native", *format_names()],
+        choices=list(dict.fromkeys(["native", "native-strict", "auto", *format_names()])),
         metavar="MODE",
-        help="openai/hf: native tool calling, a text format (vLLM parser names: hermes, qwen3_xml, llama3_json, "
+        help="hf/openai: native tool calling, checked once (falls back to a text format when the chat template "
+        "drops tools; native-strict refuses), a text format (vLLM parser names: hermes, qwen3_xml, llama3_json, "
         "mistral, deepseek_v3, openai, ...) or auto (the model family's format, see README 'Tool-call formats')",
     )
-    bench.add_argument("--max-new-tokens", type=int, help="tokens generated per step")
-    bench.add_argument("--temperature", type=float)
+    bench.add_argument(
+        "--max-new-tokens", type=int, help="hf/openai: tokens generated per step (default: hf 256, openai 1024)"
+    )
+    bench.add_argument("--temperature", type=float, help="hf/openai: sampling temperature (default: 0, greedy)")
     bench.set_defaults(func=_cmd_bench)
 
     report = sub.add_parser("report", help="write the report of a results file")
@@ -497,6 +583,17 @@ def build_parser() -> argparse.ArgumentParser:
     from harness_gym.export import add_export_parser
 
     add_export_parser(sub)  # export prompts | sft
+
+    export = sub.add_parser(
+        "export-model",
+        help="write a model (default: the packaged SmolLM2 GGUF) as a transformers folder vLLM and TRL load",
+        formatter_class=DefaultsHelp,
+    )
+    export.add_argument("--out", type=Path, default=Path("exported-models/SmolLM2-135M-Instruct"))
+    export.add_argument("--model", help="a local model folder (default: the packaged SmolLM2-135M-Instruct)")
+    export.add_argument("--gguf-file", help="the GGUF file inside --model")
+    export.add_argument("--force", action="store_true", help="replace a non-empty --out")
+    export.set_defaults(func=_cmd_export_model)
     return parser
 
 

@@ -33,10 +33,20 @@ class ModelServer:
         port: int = 0,
         name: str | None = None,
         max_new_tokens: int = 256,
+        context_tokens: int | None = None,
+        tool_prompt: str = "text",
     ) -> None:
+        """``tool_prompt``: ``text`` describes request tools in the system prompt (like a chat
+        template with tool support); ``template`` passes them to the model's own chat template, as
+        vLLM does (SmolLM2's drops them). ``context_tokens`` (default: the model's) bounds prompt
+        plus answer; a longer request is refused with a 400 worded like vLLM's."""
+        if tool_prompt not in ("text", "template"):
+            raise ValueError(f"tool_prompt must be text or template, got {tool_prompt!r}")
         self.tokenizer, self.model, self.lock = load_model(model, gguf_file)
         self.name = name or (model or "SmolLM2-135M-Instruct")
         self.default_max_tokens = max_new_tokens
+        self.context_tokens = context_tokens or int(getattr(self.model.config, "max_position_embeddings", 2048))
+        self.tool_prompt = tool_prompt
         self.httpd = ThreadingHTTPServer((host, port), self._handler())
         self.thread: threading.Thread | None = None
 
@@ -61,14 +71,22 @@ class ModelServer:
         if not isinstance(messages, list) or not messages:
             raise ValueError("'messages' must be a non-empty list")
         tools = body.get("tools") or []
-        prompt = (
-            text_messages(messages, tools)
-            if tools
-            else [{"role": m["role"], "content": m.get("content") or ""} for m in messages]
-        )
-        encoded = self.tokenizer.apply_chat_template(prompt, add_generation_prompt=True, return_tensors="pt")
+        template_options: dict[str, Any] = {"add_generation_prompt": True, "return_tensors": "pt"}
+        if tools and self.tool_prompt == "text":
+            prompt = text_messages(messages, tools)
+        else:
+            prompt = [{"role": m["role"], "content": m.get("content") or ""} for m in messages]
+            if tools:
+                template_options["tools"] = tools
+        encoded = self.tokenizer.apply_chat_template(prompt, **template_options)
         ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
         max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or self.default_max_tokens)
+        if int(ids.shape[1]) + max_tokens > self.context_tokens:
+            raise ValueError(
+                f"This model's maximum context length is {self.context_tokens} tokens. However, you requested "
+                f"{int(ids.shape[1]) + max_tokens} tokens ({int(ids.shape[1])} in the messages, {max_tokens} in "
+                "the completion). Please reduce the length of the messages or completion."
+            )
         temperature = float(body.get("temperature") or 0.0)
         options: dict[str, Any] = {
             "max_new_tokens": max_tokens,

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from conftest import requires_bwrap
 
 from harness_gym import TRAINING_SET, heldout_set
 from harness_gym.agents import as_agent, run_episode
-from harness_gym.agents.factory import make_agent
+from harness_gym.agents.factory import make_agent, python_agent, python_target
 from harness_gym.bench import (
     BenchRunner,
     compare_results,
@@ -29,6 +30,7 @@ from harness_gym.bench import (
     summarize,
     write_report,
 )
+from harness_gym.bench.runner import BenchAborted, ManifestMismatch
 from harness_gym.cli import main
 from harness_gym.env import HarnessEnv
 from harness_gym.space import FACTORS, HarnessConfig
@@ -127,7 +129,11 @@ def test_report_numbers_recomputed_independently(tmp_path):
     summary = summarize(records, resamples=300)
     scored = [r for r in records if r["error"] is None]
     assert summary["errors"] == 1 and summary["error_examples"] == ["RuntimeError: boom"]
+    assert summary["harnesses"]["x"]["pass_at_1"] == 0.0 and summary["harnesses"]["x"]["error_rate"] == 1.0
+    assert summary["overall"]["pass_at_1"] == pytest.approx(sum(r["passed"] for r in scored) / len(records))
     for env_id, row in summary["harnesses"].items():
+        if env_id == "x":
+            continue
         mine = [r["passed"] for r in scored if r["harness"] == env_id]
         assert row["pass_at_1"] == pytest.approx(sum(mine) / len(mine))
         assert row["ci95"][0] <= row["pass_at_1"] <= row["ci95"][1]
@@ -154,13 +160,20 @@ def test_report_numbers_recomputed_independently(tmp_path):
     assert "| training |" in paths["markdown"].read_text() and json.loads(paths["json"].read_text())["scored"] == len(
         scored
     )
+    assert "unknown 1" in paths["markdown"].read_text()  # errors by kind
     assert paths["classes"].stat().st_size > 1000 and paths["factor_effects"].stat().st_size > 1000
 
 
-def test_compare_is_paired_per_class():
+def test_compare_is_paired_per_class(tmp_path, capsys):
     a = [r for r in synthetic_records(1) if r["error"] is None]
     b = [dict(r, passed=True, reward=1.0) if r["class"] == "heldout" else r for r in a]
+    b = [r for r in b if r["harness"] != "Harness-S0T0O0C0W0"]  # a pair dropped: 5 tasks of one harness
     result = compare_results(a, b, resamples=300)
+    assert result["only_a"] == 5 and result["only_b"] == 0 and result["shared_units"] == 35 * 5
+    for name, records in (("a", a), ("b", b)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main(["compare", str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")]) == 0
+    assert "175 (harness, task) pairs matched; dropped 5 only in" in capsys.readouterr().out
     assert result["training"]["difference"] == 0.0 and result["training"]["ci95"] == [0.0, 0.0]
     held = [r["passed"] for r in a if r["class"] == "heldout"]
     assert result["heldout"]["difference"] == pytest.approx(1 - np.mean(held))
@@ -183,6 +196,8 @@ def test_resume_after_a_kill_loses_and_duplicates_nothing(tmp_path):
         "--out",
         str(out),
         "--no-trajectories",
+        "--calibration",
+        "none",
     ]
     command = [sys.executable, "-m", "harness_gym.cli", *arguments, "--workers", "1"]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -280,5 +295,182 @@ def test_callables_and_async_agents_and_errors_become_records(tmp_path):
     runner = BenchRunner(
         lambda: broken, resolve_harnesses("base"), "builtin:eval", runs=1, out_dir=tmp_path, progress=False
     )
-    records = load_records(runner.run())
-    assert all(r["error"] == "RuntimeError: agent crashed" and r["reward"] == 0.0 for r in records)
+    with pytest.raises(BenchAborted, match=r"stopped early, \d+ episodes not run: (\d+) of \1 episodes errored"):
+        runner.run()  # most episodes error: the run stops after 5 of 12 (and those in flight) and says why
+    records = load_records(runner.results.path)
+    assert 5 <= len(records) <= 7
+    assert all(r["error"] == "RuntimeError: agent crashed" and r["error_kind"] == "agent" for r in records)
+    assert all(r["reward"] == 0.0 and r["outcome"] == "error" for r in records)
+
+
+def _record(task, passed, harness="Harness-S0T0O0C0W0", **extra):
+    return {
+        "episode_id": f"{harness}|{task}|0",
+        "harness": harness,
+        "class": "training",
+        "config": "S0T0O0C0W0",
+        "task_id": task,
+        "run": 0,
+        "reward": float(passed),
+        "passed": passed,
+        "steps": 2,
+        "tool_calls": 2,
+        "valid_tool_calls": 2,
+        "no_call_steps": 0,
+        "error": None,
+        **extra,
+    }
+
+
+def test_errored_episodes_lower_pass_at_1_and_grader_errors_are_errors():
+    records = [
+        _record("t0", True),
+        _record("t1", True),
+        _record("t2", False, error="EpisodeFailure: boom", error_kind="env"),
+        # the grader crashed after printing 1.0: an error, never a pass
+        _record("t3", True, grader_error="grader exited with status 1"),
+    ]
+    summary = summarize(records, resamples=200)
+    assert summary["overall"]["pass_at_1"] == 0.5  # 2 of 4, not 2 of 2 (errors left out) nor 3 of 4
+    assert summary["errors"] == 2 and summary["error_rate"] == 0.5
+    assert summary["errors_by_kind"] == {"env": 1, "grader": 1}
+    row = summary["harnesses"]["Harness-S0T0O0C0W0"]
+    assert row["pass_at_1"] == 0.5 and row["errors"] == 2 and summary["classes"]["training"]["error_rate"] == 0.5
+    assert row["ci95"][0] < 0.5 < row["ci95"][1]  # tasks resampled: 4 clusters of one episode
+    assert any("2 of 4 episodes errored (env 1, grader 1)" in w for w in summary["warnings"])
+    # a resumed run re-runs errored episodes: the last record of an episode wins
+    rerun = _record("t2", True)
+    assert summarize([*records, rerun], resamples=50)["overall"]["pass_at_1"] == 0.75
+
+
+def test_no_valid_tool_call_and_context_overflow_are_reported():
+    records = [
+        _record("t0", False, valid_tool_calls=0, tool_calls=0, no_call_steps=2),
+        _record("t1", False, valid_tool_calls=0, tool_calls=0, no_call_steps=2, outcome="context_overflow"),
+    ]
+    summary = summarize(records, resamples=50)
+    assert summary["context_overflows"] == 1 and summary["errors"] == 0
+    assert summary["harnesses"]["Harness-S0T0O0C0W0"]["tool_call_rate"] == 0.0
+    text = "\n".join(summary["warnings"])
+    assert "no valid tool call in 2 episodes" in text and "context_overflow" in text
+
+
+def test_python_agents_in_every_shape():
+    from harness_gym.agents import NullAgent
+    from harness_gym.agents.base import CallableAgent
+
+    assert isinstance(make_agent("python:sample_agents:make_agent"), NullAgent)  # a plain function
+    assert make_agent("python:sample_agents:SubmittingAgent").name == "submitting"  # a class
+    assert isinstance(make_agent("python:sample_agents:policy"), CallableAgent)  # (messages, tools)
+    assert make_agent("python:sample_agents:make_policy").function.__name__ == "policy"  # factory of one
+    instance = NullAgent()
+    assert python_agent(instance) is instance
+    with pytest.raises(TypeError, match="returned None"):
+        make_agent("python:sample_agents:make_nothing")
+    with pytest.raises(ValueError, match="has no attribute 'missing'"):
+        python_target("python:sample_agents:missing")
+
+
+@requires_bwrap
+def test_plain_function_python_agent_runs_in_the_bench(tmp_path, capsys):
+    for name in ("make_agent", "SubmittingAgent", "policy"):
+        out = tmp_path / name
+        agent = ["--agent", f"python:sample_agents:{name}"]
+        rest = ["--runs", "1", "--calibration", "none", "--no-trajectories", "--out", str(out)]
+        code = main(["bench", *agent, "--configs", "base", "--task-count", "2", *rest])
+        records = load_records(out / "results.jsonl")
+        assert code == 0 and len(records) == 2 and all(r["error"] is None for r in records), records
+
+
+def test_unbuildable_agents_exit_non_zero_before_any_episode(tmp_path, capsys):
+    import socket
+
+    with socket.socket() as probe:  # a loopback port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    cases = [
+        (["--agent", "nonsense"], "unknown agent 'nonsense'"),
+        (["--agent", "openai"], "needs --base-url and --model"),
+        (["--agent", "openai", "--base-url", f"http://127.0.0.1:{closed}/v1", "--model", "m"], "did not answer"),
+        (["--agent", "python:no_such_module:f"], "cannot import no_such_module"),
+        (["--agent", "null", "--configs", "S9"], "expected the form"),
+        (["--agent", "null", "--tasks", "nonsense"], "unknown task suite"),
+    ]
+    for arguments, reason in cases:
+        out = tmp_path / "out"
+        started = time.perf_counter()
+        assert main(["bench", *arguments, "--out", str(out)]) == 2
+        assert reason in capsys.readouterr().err
+        assert not out.exists()  # nothing half-written blocks the corrected command
+        assert time.perf_counter() - started < 10
+
+
+@requires_bwrap
+def test_manifest_resume_refusal_and_errored_folders_do_not_block(tmp_path, capsys):
+    out = tmp_path / "run"
+    base = ["bench", "--configs", "base", "--task-count", "1", "--runs", "1", "--no-trajectories", "--out", str(out)]
+    # a broken agent: every episode errors, the run stops and exits non-zero with the reason
+    assert main([*base, "--agent", "python:sample_agents:crash", "--calibration", "none"]) == 1
+    assert "agent crashed" in capsys.readouterr().err
+    # the corrected command is not blocked by the folder of errors
+    assert main([*base, "--agent", "null"]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["agent"] == "null" and manifest["harnesses"] == ["Harness-S0T0O0C0W0"]
+    assert manifest["tasks"] == [load_tasks("builtin:eval")[0].id] and manifest["harness_gym_version"]
+    assert (out / ".gitignore").read_text().strip().endswith("*")
+    assert list(out.glob("results.errored-*.jsonl"))  # the errored records kept aside
+    capsys.readouterr()
+    assert main([*base, "--agent", "null"]) == 2  # finished results are not overwritten
+    assert "--resume" in capsys.readouterr().err
+    assert main([*base, "--agent", "null", "--resume"]) == 0  # same manifest: nothing left to do
+    assert main([*base, "--runs", "2", "--agent", "reference", "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "--resume refused" in err
+        and "agent: recorded 'null', now 'reference'" in err
+        and "runs: recorded 1, now 2" in err
+    )
+    runner = BenchRunner(lambda: None, resolve_harnesses("base"), "builtin:eval", out_dir=out, resume=True)
+    with pytest.raises(ManifestMismatch, match="tasks: only in this command"):
+        runner.prepare()
+
+
+@requires_bwrap
+def test_readme_main_command_report_has_calibration_rows(tmp_path, capsys):
+    """The README's main command (its bench part), with a do-nothing agent in place of the model so
+    it runs in seconds: the report holds the calibration rows, reference 100 and null 0."""
+    import re
+    import shlex
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    command = re.search(r"```bash\n(apt-get update[^\n]*harness-gym bench[^\n]*)\n```", readme).group(1)
+    assert command.startswith("apt-get update")
+    arguments = shlex.split(command.split("harness-gym ", 1)[1])
+    model = "python:sample_agents:make_agent"
+    assert main([*arguments, "--agent", model, "--no-trajectories", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    for text in (out, (tmp_path / "report.md").read_text()):
+        assert re.search(r"\| reference \| \d+ \| 0 \| 100\.0 \|", text)
+        assert re.search(r"\| null \| \d+ \| 0 \| 0\.0 \|", text)
+        assert "tool-call rate" in text
+    report = (tmp_path / "report.md").read_text()
+    assert (
+        "| harness | class | episodes | Pass@1 % | 95% CI | errors | reference % | null % | tool-call rate % |"
+        in report
+    )
+
+
+def test_help_shows_defaults(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for default in (
+        "(default: hf)",
+        "(default: quick)",
+        "(default: 3)",
+        "(default: bench-results)",
+        "(default: reference,null)",
+    ):
+        assert default in text
+    ignored = (Path(__file__).resolve().parent.parent / ".gitignore").read_text().split()
+    assert "bench-results/" in ignored and "exported-models/" in ignored

@@ -22,8 +22,12 @@ from conftest import requires_bwrap
 
 from harness_gym import HarnessEnv
 from harness_gym.agents import HFAgent, OpenAIChatAgent, run_episode
-from harness_gym.agents.factory import make_agent
+from harness_gym.agents.base import ContextOverflow
+from harness_gym.agents.factory import check_agent, make_agent
+from harness_gym.agents.huggingface import load_model
+from harness_gym.agents.prompting import template_renders_tools
 from harness_gym.bench import BenchRunner, load_records, read_trajectory, resolve_harnesses
+from harness_gym.cli import main
 from harness_gym.serve import ModelServer
 
 pytestmark = requires_bwrap
@@ -34,6 +38,112 @@ def server():
     model_server = ModelServer(max_new_tokens=48).start()
     yield model_server
     model_server.stop()
+
+
+@pytest.fixture(scope="module")
+def template_server():
+    """Tools go through SmolLM2's own chat template, as vLLM serves them: the template drops them.
+    Its context is small, so a long episode overflows it."""
+    model_server = ModelServer(max_new_tokens=48, tool_prompt="template", context_tokens=1200).start()
+    yield model_server
+    model_server.stop()
+
+
+# a ChatML template that does render tools (as Qwen's and Hermes' do)
+TOOL_TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n# Tools\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}<|im_end|>\n{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_a_template_without_tool_support_is_detected():
+    tokenizer = load_model()[0]
+    assert template_renders_tools(tokenizer) is False  # SmolLM2's template ignores `tools`
+    assert template_renders_tools(tokenizer, chat_template=TOOL_TEMPLATE) is True
+    agent = HFAgent(max_new_tokens=8)  # native by default: it says so and falls back to a text format
+    assert agent.tool_mode == "hermes" and "drops the `tools` field" in agent.notice
+    assert HFAgent(tool_mode="xml").notice is None
+    with pytest.raises(ValueError, match="drops the `tools` field"):
+        HFAgent(tool_mode="native-strict")
+
+
+def test_endpoint_probe_detects_dropped_tools(server, template_server):
+    assert OpenAIChatAgent(server.url, "m", retries=0).probe() == ("native", None)  # tools rendered
+    mode, notice = OpenAIChatAgent(template_server.url, "m", retries=0).probe()
+    assert mode == "hermes" and "drops the `tools` field" in notice
+    with pytest.raises(ValueError, match="drops the `tools` field"):
+        OpenAIChatAgent(template_server.url, "m", tool_mode="native-strict").probe()
+    check = check_agent("openai", {"base_url": template_server.url, "model": "m", "max_tokens": 8})
+    assert check.options["tool_mode"] == "hermes" and check.notices
+
+
+def test_context_overflow_is_an_episode_outcome(template_server, tmp_path):
+    # in process: a context smaller than the system prompt and task
+    env = HarnessEnv("S0T0O0C0W0", max_steps=3)
+    result = run_episode(env, HFAgent(max_new_tokens=16, context_tokens=200, tool_mode="hermes"), seed=0)
+    assert result.outcome == "context_overflow" and result.reward == 0.0 and result.steps == 0
+    # over an endpoint: the server refuses the prompt (400, worded like vLLM's), the episode ends
+    agent = OpenAIChatAgent(template_server.url, "m", tool_mode="hermes", max_tokens=300, retries=0)
+    result = run_episode(env, agent, seed=0)  # about 1060 prompt tokens + 300 > 1200
+    env.close()
+    assert result.outcome == "context_overflow" and "maximum context length" in result.final_info["truncation_reason"]
+    with pytest.raises(ContextOverflow):
+        OpenAIChatAgent(template_server.url, "m", tool_mode="hermes", max_tokens=2000, retries=0).act(
+            {"messages": [{"role": "user", "content": "hi"}], "tools": []}
+        )
+    # in the bench: an outcome, a failure, not an error
+    runner = BenchRunner(
+        functools.partial(make_agent, "hf", max_new_tokens=16, context_tokens=200, tool_mode="hermes"),
+        resolve_harnesses("base"),
+        "builtin:eval",
+        runs=1,
+        out_dir=tmp_path,
+        progress=False,
+        task_count=2,
+        save_trajectories=False,
+    )
+    records = load_records(runner.run())
+    assert [r["outcome"] for r in records] == ["context_overflow"] * 2
+    assert all(r["error"] is None and r["passed"] is False for r in records)
+
+
+def test_bench_against_an_endpoint_reports_tokens_per_second(template_server, tmp_path, capsys):
+    arguments = ["bench", "--agent", "openai", "--base-url", template_server.url, "--model", "smollm2"]
+    arguments += ["--configs", "base", "--task-count", "1", "--runs", "1", "--max-steps", "1"]
+    arguments += ["--max-new-tokens", "16", "--calibration", "none", "--out", str(tmp_path)]
+    assert main(arguments) == 0
+    captured = capsys.readouterr()
+    assert "drops the `tools` field" in captured.err  # the fallback is announced on the terminal
+    summary = json.loads((tmp_path / "report.json").read_text())
+    assert summary["overall"]["tokens_per_episode"] > 100 and summary["overall"]["completion_tokens_per_s"] > 0
+    assert "generated tokens/s" in captured.out
+    assert json.loads((tmp_path / "manifest.json").read_text())["endpoint"] == template_server.url
+
+
+def test_export_model_writes_a_folder_transformers_loads(tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder = tmp_path / "smollm2"
+    assert main(["export-model", "--out", str(folder)]) == 0
+    assert main(["export-model", "--out", str(folder)]) == 2  # never overwrites without --force
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    assert tokenizer.eos_token == "<|im_end|>" and tokenizer.eos_token_id == tokenizer.convert_tokens_to_ids(
+        "<|im_end|>"
+    )
+    assert tokenizer.bos_token == "<|im_start|>"
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Say hi."}], tokenize=False, add_generation_prompt=True
+    )
+    assert prompt.endswith("<|im_start|>assistant\n") and "<|im_start|>user\nSay hi.<|im_end|>" in prompt
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    assert model.generation_config.eos_token_id == tokenizer.eos_token_id == model.config.eos_token_id
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    output = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=64, do_sample=False)
+    new = output[0][ids.shape[1] :].tolist()
+    assert new and tokenizer.decode(new, skip_special_tokens=True).strip()
+    assert len(new) < 64 and new[-1] == tokenizer.eos_token_id  # the answer ends at <|im_end|>
 
 
 def test_hf_agent_runs_real_episodes_and_records_what_went_wrong(tmp_path):
@@ -123,3 +233,24 @@ def test_openai_agent_against_an_external_server():
     result = run_episode(env, agent, seed=0)
     env.close()
     assert result.steps >= 1 and agent.usage["calls"] >= 1
+
+
+@pytest.mark.slow
+def test_readme_main_command_as_written(tmp_path, capsys):
+    """The README's main command exactly (the in-process SmolLM2): the report shows the model beside
+    the calibration rows, reference 100 and null 0, and the tool-mode fallback is announced."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    command = re.search(r"```bash\n(apt-get update[^\n]*harness-gym bench[^\n]*)\n```", readme).group(1)
+    arguments = shlex.split(command.split("harness-gym ", 1)[1])
+    assert main([*arguments, "--out", str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    assert "drops the `tools` field" in captured.err
+    report = (tmp_path / "report.md").read_text()
+    assert re.search(r"\| model \(hf:SmolLM2-135M-Instruct\) \| 8 \| 0 \|", report)
+    assert re.search(r"\| reference \| 8 \| 0 \| 100\.0 \|", report) and re.search(
+        r"\| null \| 8 \| 0 \| 0\.0 \|", report
+    )

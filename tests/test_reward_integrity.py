@@ -213,7 +213,9 @@ def swe_task(tmp_path_factory):
     repo = base / "testbed"
     write(repo / "calc.py", "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n")
     write(repo / "tests" / "__init__.py", "")
-    write(repo / "tests" / "test_calc.py", "from calc import add, sub\n\n\ndef test_sub():\n    assert sub(5, 3) == 2\n")
+    write(
+        repo / "tests" / "test_calc.py", "from calc import add, sub\n\n\ndef test_sub():\n    assert sub(5, 3) == 2\n"
+    )
     site = base / "extra" / "site"
     for name in PYTEST_PACKAGES:
         source = Path(__import__(name).__file__)
@@ -256,7 +258,7 @@ def pending():
     probe = Task(
         id="probe",
         instruction="-",
-        grade_command="cd /workspace && python3 -c \"import sys; print(1.0 if sys.flags.safe_path else 0.0)\"",
+        grade_command='cd /workspace && python3 -c "import sys; print(1.0 if sys.flags.safe_path else 0.0)"',
     )
     if honest(probe) != 1.0:  # graders still put the current folder first on sys.path
         allowed["clawgym"] |= {"shadow-stdlib", "site-customize"}
@@ -296,13 +298,13 @@ def test_every_exploit_scores_zero_on_representative_tasks(clawgym_task, swe_tas
         warnings.warn(f"exploits open until the sandbox side of issue 11 (11a) lands: {still_open}", stacklevel=1)
 
 
-WEAK_GRADER = '''
+WEAK_GRADER = """
 import json, os, sys, unittest
 sys.path.insert(0, os.getcwd())
 suite = unittest.TestLoader().discover(os.path.dirname(os.path.abspath(__file__)), pattern="hidden_*.py")
 result = unittest.TextTestRunner(stream=sys.stderr).run(suite)
 print(json.dumps({"reward": float(result.wasSuccessful() and result.testsRun > 0), "breakdown": {}}))
-'''
+"""
 
 
 @pytest.fixture

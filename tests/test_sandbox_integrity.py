@@ -276,7 +276,13 @@ def test_the_checkout_and_install_are_absent_even_when_bound(tmp_path):
         assert box.run("ls -A /src | wc -l").output.strip() == "0"
         assert _search_inside(box, "/src /root /home /tmp /.harness /etc").strip() == ""
         grader = box.grade([], "ls -A {grader} | wc -l; ls /.harness", 30)
-    assert grader.output.split() == ["0", "bin", "grader", "grader-init", "tools"]  # commands travel over pipes: no control folder
+    assert grader.output.split() == [
+        "0",
+        "bin",
+        "grader",
+        "grader-init",
+        "tools",
+    ]  # commands travel over pipes: no control folder
 
 
 def test_a_system_wide_install_is_invisible_in_the_sandbox():

@@ -123,9 +123,11 @@ def test_swebench_instance_resolved_only_by_a_real_fix(datasets):
     assert "GOLD PATCH" not in shown and "test_add" not in shown
     assert "def add(a, b)" in bash(env, "cat calc.py")
     _, reward, _, _, info = finish(env)  # unfixed
-    assert reward == 0.0 and info["reward_breakdown"] == {"fail_to_pass": "0/1", "pass_to_pass": "1/1", "reverted": []}, (
-        env.last_grade.log
-    )
+    assert reward == 0.0 and info["reward_breakdown"] == {
+        "fail_to_pass": "0/1",
+        "pass_to_pass": "1/1",
+        "reverted": [],
+    }, env.last_grade.log
     env.reset(seed=0)
     bash(env, "sed -i '2s/a - b/a + b/' calc.py && rm -rf tests")  # fixes, and deletes the visible tests
     _, reward, _, _, info = finish(env)

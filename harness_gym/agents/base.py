@@ -22,6 +22,10 @@ from harness_gym.env import HarnessEnv
 CALL_FORMATS = ("hermes", "xml", "openai")
 
 
+class ContextOverflow(RuntimeError):
+    """The prompt no longer fits the model's context: an episode outcome (a failure), not an error."""
+
+
 class Agent(Protocol):
     """Anything that answers an observation with an action (text or an assistant message)."""
 
@@ -114,6 +118,7 @@ class EpisodeResult:
     spec_hash: str = ""
     grader_log: str = ""
     agent_s: float = 0.0
+    outcome: str = "finished"  # or "context_overflow": the agent could not take another step
 
     @property
     def final_info(self) -> dict[str, Any]:
@@ -121,7 +126,10 @@ class EpisodeResult:
 
 
 def run_episode(env: gym.Env, agent: Any, *, seed: int | None = None, task_id: str | None = None) -> EpisodeResult:
-    """Reset ``env`` (on ``task_id`` if given), let ``agent`` act until the episode ends."""
+    """Reset ``env`` (on ``task_id`` if given), let ``agent`` act until the episode ends.
+
+    An agent that raises :class:`ContextOverflow` ends the episode with outcome
+    ``context_overflow`` and reward 0 (the workspace is not graded: the episode failed)."""
     agent = as_agent(agent)
     options = {"task_id": task_id} if task_id is not None else None
     observation, info = env.reset(seed=seed, options=options)
@@ -130,9 +138,17 @@ def run_episode(env: gym.Env, agent: Any, *, seed: int | None = None, task_id: s
     infos = [info]
     reward, terminated, truncated = 0.0, False, False
     agent_s = 0.0
+    outcome = "finished"
     while not (terminated or truncated):
         started = time.perf_counter()
-        action = _resolve(agent.act(observation))
+        try:
+            action = _resolve(agent.act(observation))
+        except ContextOverflow as exc:
+            agent_s += time.perf_counter() - started
+            outcome, reward, truncated = "context_overflow", 0.0, True
+            info = {**info, "truncation_reason": f"context overflow: {exc}", "terminated_reason": "truncated"}
+            infos.append(info)
+            break
         agent_s += time.perf_counter() - started
         observation, reward, terminated, truncated, info = env.step(action)
         infos.append(info)
@@ -148,6 +164,7 @@ def run_episode(env: gym.Env, agent: Any, *, seed: int | None = None, task_id: s
         infos,
         transcript,
         info.get("spec_hash", ""),
-        inner.last_grade.log if inner.last_grade else "",
+        inner.last_grade.log if inner.last_grade and outcome == "finished" else "",
         agent_s,
+        outcome,
     )

@@ -8,19 +8,23 @@ Loaded models are shared between agents (and threads) of one process.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import json
 import os
 import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from harness_gym.agents.prompting import text_messages
+from harness_gym.agents.base import ContextOverflow
+from harness_gym.agents.prompting import openai_messages, resolve_tool_mode, template_renders_tools, text_messages
 from harness_gym.tool_formats import format_for_model
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _MODELS: dict[tuple[str, str | None], tuple[Any, Any, threading.Lock]] = {}
 _LOADING = threading.Lock()
+_RENDERS_TOOLS: dict[int, bool] = {}  # per loaded tokenizer: checked once per process
 
 
 def default_model() -> tuple[str, str]:
@@ -58,17 +62,41 @@ def load_model(model: str | None = None, gguf_file: str | None = None) -> tuple[
     return _MODELS[key]
 
 
+def renders_tools(tokenizer: Any) -> bool:
+    """Whether this (loaded, shared) tokenizer's chat template renders tools; checked once."""
+    key = id(tokenizer)
+    if key not in _RENDERS_TOOLS:
+        _RENDERS_TOOLS[key] = template_renders_tools(tokenizer)
+    return _RENDERS_TOOLS[key]
+
+
+def _native_messages(messages: Any) -> list[dict[str, Any]]:
+    """OpenAI messages with tool-call arguments as mappings, as chat templates expect them."""
+    out = openai_messages(messages)
+    for message in out:
+        for call in message.get("tool_calls") or []:
+            arguments = call["function"].get("arguments")
+            if isinstance(arguments, str):
+                with contextlib.suppress(json.JSONDecodeError):
+                    call["function"] = {**call["function"], "arguments": json.loads(arguments)}
+    return out
+
+
 class HFAgent:
-    """Generates each action with a local causal LM, tools described in the prompt (text calling).
+    """Generates each action with a local causal LM.
 
     Args:
         model: a local model folder; None for the packaged SmolLM2-135M-Instruct.
         gguf_file: the GGUF file inside ``model``, when the weights are GGUF.
-        fmt: how the prompt asks for tool calls: a text format (``hermes``, ``qwen3_xml``,
-            ``llama3_json``, ``mistral``, ...) or ``auto``, the tokenizer's family (see
-            :func:`harness_gym.tool_formats.format_for_model`).
+        tool_mode: ``native`` renders the tools with the model's chat template when it supports
+            them and otherwise describes them in the system prompt (``notice`` says so);
+            ``native-strict`` refuses such a model; a text format (``hermes``, ``qwen3_xml``, ``llama3_json``,
+            ``mistral``, ...) is always used as such; ``auto`` is the tokenizer's family's text format
+            (:func:`harness_gym.tool_formats.format_for_model`).
+        fmt: the former name of a text ``tool_mode``.
         max_new_tokens, temperature: generation settings (temperature 0: greedy).
-        context_tokens: older turns are dropped (the system and task messages kept) beyond this.
+        context_tokens: older turns are dropped (the system and task messages kept) beyond this;
+            a prompt that still does not fit raises :class:`ContextOverflow`.
     """
 
     def __init__(
@@ -76,7 +104,8 @@ class HFAgent:
         model: str | None = None,
         *,
         gguf_file: str | None = None,
-        fmt: str = "hermes",
+        tool_mode: str | None = None,
+        fmt: str | None = None,
         max_new_tokens: int = 256,
         temperature: float = 0.0,
         context_tokens: int = 2048,
@@ -84,26 +113,40 @@ class HFAgent:
     ) -> None:
         self.tokenizer, self.model, self.lock = load_model(model, gguf_file)
         self.name = f"hf:{model or 'SmolLM2-135M-Instruct'}"
-        self.fmt = format_for_model(self.tokenizer, fmt)
+        requested = tool_mode or fmt or "native"
+        if requested == "auto":  # the family's format, read from the tokenizer (its name and template)
+            requested = format_for_model(self.tokenizer)
+        checked = renders_tools(self.tokenizer) if requested.startswith("native") else None
+        self.tool_mode, self.notice = resolve_tool_mode(requested, checked, model)
+        # the format the model writes calls in: its own family's under native tool calling
+        self.fmt = self.tool_mode if self.tool_mode != "native" else format_for_model(self.tokenizer)
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.context_tokens = context_tokens
         self.seed = seed
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "calls": 0}
         self.prompt_lengths: list[int] = []
+        self._tools: list[dict[str, Any]] | None = None
 
     def reset(self, env: Any) -> None:
         self.usage = {"prompt_tokens": 0, "completion_tokens": 0, "calls": 0}
         self.prompt_lengths = []
 
-    def _encode(self, messages: list[dict[str, str]]) -> Any:
-        encoded = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt")
+    def _encode(self, messages: list[dict[str, Any]]) -> Any:
+        options: dict[str, Any] = {"add_generation_prompt": True, "return_tensors": "pt"}
+        if self.tool_mode == "native" and self._tools:
+            options["tools"] = self._tools
+        encoded = self.tokenizer.apply_chat_template(messages, **options)
         return encoded["input_ids"] if hasattr(encoded, "keys") else encoded
 
     def act(self, observation: Mapping[str, Any]) -> str:
         import torch
 
-        messages = text_messages(observation["messages"], observation["tools"], self.fmt)
+        if self.tool_mode == "native":
+            self._tools = list(observation["tools"])
+            messages: list[dict[str, Any]] = _native_messages(observation["messages"])
+        else:
+            messages = text_messages(observation["messages"], observation["tools"], self.tool_mode)
         ids = self._encode(messages)
         keep = 2 if len(messages) > 2 and messages[0]["role"] == "system" else 1
         limit = self.context_tokens - self.max_new_tokens
@@ -121,6 +164,11 @@ class HFAgent:
                 "content": text[:cut] + "\n[... elided to fit the context ...]\n" + text[-cut:],
             }
             ids = self._encode(messages)
+        if ids.shape[1] > limit:
+            raise ContextOverflow(
+                f"the prompt needs {ids.shape[1]} tokens even after dropping old turns; the context holds "
+                f"{self.context_tokens} tokens, {self.max_new_tokens} of them kept for the answer"
+            )
         options: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, "pad_token_id": self.tokenizer.eos_token_id}
         if self.temperature > 0:
             options.update(do_sample=True, temperature=self.temperature)

@@ -73,6 +73,8 @@ class ReferenceAgent:
     calls are written (hermes, xml or openai).
     """
 
+    name = "reference"
+
     def __init__(self, fmt: str = "hermes") -> None:
         if fmt not in CALL_FORMATS:
             raise ValueError(f"unknown call format {fmt!r}; choose one of {CALL_FORMATS}")
@@ -135,6 +137,8 @@ class ReferenceAgent:
 
 class NullAgent:
     """Does nothing: submits at once (or, with ``finish=False``, only talks until the budget ends)."""
+
+    name = "null"
 
     def __init__(self, finish: bool = True) -> None:
         self.finish = finish

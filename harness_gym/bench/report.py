@@ -36,8 +36,37 @@ def load_records(path: str | Path) -> list[dict[str, Any]]:
     return records
 
 
+def latest(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """One record per episode: a resumed run re-runs errored episodes, and the last record wins."""
+    by_id: dict[str, Mapping[str, Any]] = {}
+    for record in records:
+        by_id.pop(str(record.get("episode_id")), None)
+        by_id[str(record.get("episode_id"))] = record
+    return list(by_id.values())
+
+
+def error_kind(record: Mapping[str, Any]) -> str | None:
+    """Why an episode errored (agent, endpoint, env, grader), or None when it did not. A grader
+    error is an error even in records written before it was reported as one."""
+    if record.get("error_kind"):
+        return str(record["error_kind"])
+    if record.get("grader_error"):
+        return "grader"
+    return "unknown" if record.get("error") else None
+
+
+def succeeded(record: Mapping[str, Any]) -> bool:
+    """Passed: reward 1 and no error of any kind (an errored episode is a failure)."""
+    return bool(record.get("passed")) and error_kind(record) is None
+
+
+def role(record: Mapping[str, Any]) -> str:
+    return str(record.get("role") or "model")
+
+
 def _scored(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return [r for r in records if r.get("error") is None]
+    """Episodes that ran to an outcome (no error): the ones with steps, calls and tokens to count."""
+    return [r for r in records if error_kind(r) is None]
 
 
 def cluster_bootstrap(
@@ -48,10 +77,11 @@ def cluster_bootstrap(
     seed: int = 0,
     confidence: float = 0.95,
 ) -> tuple[float, float, float]:
-    """(mean, low, high) of ``value`` over records, resampling tasks as clusters."""
+    """(mean, low, high) of ``value`` over records, resampling tasks as clusters. For ``passed``
+    an errored episode counts as a failure."""
     by_task: dict[str, list[float]] = defaultdict(list)
     for record in records:
-        by_task[record["task_id"]].append(float(record[value]))
+        by_task[record["task_id"]].append(float(succeeded(record) if value == "passed" else record[value]))
     if not by_task:
         return float("nan"), float("nan"), float("nan")
     tasks = sorted(by_task)
@@ -69,17 +99,47 @@ def _mean(values: Sequence[float]) -> float:
     return float(np.mean(values)) if len(values) else float("nan")
 
 
+def _tokens(record: Mapping[str, Any]) -> int:
+    tokens = record.get("tokens") or {}
+    return int(tokens.get("prompt", 0)) + int(tokens.get("completion", 0))
+
+
+def _rates(group: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Error and outcome figures of a group of episodes."""
+    kinds: dict[str, int] = defaultdict(int)
+    for record in group:
+        kind = error_kind(record)
+        if kind:
+            kinds[kind] += 1
+    errors = sum(kinds.values())
+    return {
+        "errors": errors,
+        "error_rate": errors / len(group) if group else float("nan"),
+        "errors_by_kind": dict(sorted(kinds.items())),
+        "context_overflows": sum(1 for r in group if r.get("outcome") == "context_overflow"),
+    }
+
+
 def summarize(records: Sequence[Mapping[str, Any]], *, resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
-    """Everything the report shows, as plain data."""
-    scored = _scored(records)
+    """Everything the report shows, as plain data. Pass@1 counts every episode, an errored one
+    as a failure, with the error rate beside it; steps, calls and tokens count the episodes that
+    ran. Calibration agents' episodes (``role`` reference / null) are reported apart."""
+    everything = latest(records)
+    model = [r for r in everything if role(r) == "model"]
+    scored = _scored(model)
     by_harness: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
-    for record in scored:
+    for record in model:
         by_harness[record["harness"]].append(record)
+    present = {role(r) for r in everything} - {"model"}
+    calibration_roles = [name for name in ("reference", "null") if name in present] + sorted(
+        present - {"reference", "null"}
+    )
     harnesses = {}
     for env_id, group in sorted(by_harness.items()):
         estimate, low, high = cluster_bootstrap(group, resamples=resamples, seed=seed)
-        calls = sum(r.get("tool_calls", 0) for r in group)
-        steps = sum(r.get("steps", 0) for r in group)
+        ran = _scored(group)
+        calls = sum(r.get("tool_calls", 0) for r in ran)
+        steps = sum(r.get("steps", 0) for r in ran)
         harnesses[env_id] = {
             "class": group[0]["class"],
             "config": group[0].get("config"),
@@ -87,17 +147,23 @@ def summarize(records: Sequence[Mapping[str, Any]], *, resamples: int = 2000, se
             "tasks": len({r["task_id"] for r in group}),
             "pass_at_1": estimate,
             "ci95": [low, high],
-            "mean_reward": _mean([r["reward"] for r in group]),
-            "tool_call_validity": (sum(r.get("valid_tool_calls", 0) for r in group) / calls) if calls else None,
-            "parse_errors_per_step": (sum(r.get("parse_errors", 0) for r in group) / steps) if steps else None,
-            "mean_steps": _mean([r.get("steps", 0) for r in group]),
-            "mean_tokens": _mean(
-                [r.get("tokens", {}).get("prompt", 0) + r.get("tokens", {}).get("completion", 0) for r in group]
-            ),
+            **_rates(group),
+            "mean_reward": _mean([float(r.get("reward", 0.0)) for r in group]),
+            "tool_call_rate": (sum(r.get("steps", 0) - r.get("no_call_steps", 0) for r in ran) / steps)
+            if steps
+            else None,
+            "tool_call_validity": (sum(r.get("valid_tool_calls", 0) for r in ran) / calls) if calls else None,
+            "parse_errors_per_step": (sum(r.get("parse_errors", 0) for r in ran) / steps) if steps else None,
+            "mean_steps": _mean([r.get("steps", 0) for r in ran]),
+            "mean_tokens": _mean([_tokens(r) for r in ran]),
+            "calibration": {
+                name: _mean([float(succeeded(r)) for r in everything if role(r) == name and r["harness"] == env_id])
+                for name in calibration_roles
+            },
         }
     classes = {}
     for klass in CLASS_ORDER:
-        group = [r for r in scored if r["class"] == klass]
+        group = [r for r in model if r["class"] == klass]
         if group:
             estimate, low, high = cluster_bootstrap(group, resamples=resamples, seed=seed)
             classes[klass] = {
@@ -105,27 +171,38 @@ def summarize(records: Sequence[Mapping[str, Any]], *, resamples: int = 2000, se
                 "ci95": [low, high],
                 "episodes": len(group),
                 "harnesses": len({r["harness"] for r in group}),
+                **_rates(group),
             }
+    overall_estimate, overall_low, overall_high = cluster_bootstrap(model, resamples=resamples, seed=seed)
+    agent_s = sum(float((r.get("durations") or {}).get("agent_s", 0.0)) for r in scored if _tokens(r))
+    completion = sum(int((r.get("tokens") or {}).get("completion", 0)) for r in scored)
     summary: dict[str, Any] = {
-        "episodes": len(records),
+        "episodes": len(model),
         "scored": len(scored),
-        "errors": len(records) - len(scored),
-        "error_examples": [r["error"] for r in records if r.get("error")][:5],
+        **_rates(model),
+        "error_examples": _error_examples(model),
+        "agent": next((r.get("agent") for r in scored), None),
         "harnesses": harnesses,
         "classes": classes,
+        "calibration": _calibration(everything, calibration_roles, resamples, seed),
         "specialisation_gap": None,
         "main_effects": {},
         "interactions": {},
         "overall": {
-            "pass_at_1": _mean([float(r["passed"]) for r in scored]),
+            "pass_at_1": overall_estimate,
+            "ci95": [overall_low, overall_high],
+            "tool_call_rate": _call_rate(scored),
             "tool_call_validity": _ratio(scored, "valid_tool_calls", "tool_calls"),
             "tool_call_validity_by_format": tool_call_validity_by_format(r.get("tool_calls_by_format") for r in scored),
             "parse_errors_per_step": _ratio(scored, "parse_errors", "steps"),
             "mean_steps": _mean([r.get("steps", 0) for r in scored]),
-            "prompt_tokens": sum(r.get("tokens", {}).get("prompt", 0) for r in scored),
-            "completion_tokens": sum(r.get("tokens", {}).get("completion", 0) for r in scored),
+            "prompt_tokens": sum(int((r.get("tokens") or {}).get("prompt", 0)) for r in scored),
+            "completion_tokens": completion,
+            "tokens_per_episode": _mean([_tokens(r) for r in scored]) if any(_tokens(r) for r in scored) else None,
+            "completion_tokens_per_s": completion / agent_s if agent_s > 0 and completion else None,
         },
     }
+    summary["warnings"] = _warnings(summary, scored)
     base = harnesses.get(BASE_CONFIG.env_id)
     if base is not None and "heldout" in classes:
         summary["specialisation_gap"] = {
@@ -133,13 +210,13 @@ def summarize(records: Sequence[Mapping[str, Any]], *, resamples: int = 2000, se
             "heldout": classes["heldout"]["pass_at_1"],
             "gap": base["pass_at_1"] - classes["heldout"]["pass_at_1"],
         }
-    in_space = [r for r in scored if r.get("config")]
+    in_space = [r for r in model if r.get("config")]
     if in_space:
-        grand = _mean([float(r["passed"]) for r in in_space])
+        grand = _mean([float(succeeded(r)) for r in in_space])
         for index, factor in enumerate(FACTORS):
             levels = {}
             for level in range(3):
-                values = [float(r["passed"]) for r in in_space if HarnessConfig.parse(r["config"])[index] == level]
+                values = [float(succeeded(r)) for r in in_space if HarnessConfig.parse(r["config"])[index] == level]
                 levels[str(level)] = (_mean(values) - grand) if values else None
             summary["main_effects"][factor] = levels
         for (i, a), (j, b) in itertools.combinations(enumerate(FACTORS), 2):
@@ -147,13 +224,81 @@ def summarize(records: Sequence[Mapping[str, Any]], *, resamples: int = 2000, se
             for la in range(3):
                 for lb in range(3):
                     values = [
-                        float(r["passed"])
+                        float(succeeded(r))
                         for r in in_space
                         if HarnessConfig.parse(r["config"])[i] == la and HarnessConfig.parse(r["config"])[j] == lb
                     ]
                     table[la][lb] = _mean(values) if values else None
             summary["interactions"][f"{a}x{b}"] = table
     return summary
+
+
+def _error_examples(records: Sequence[Mapping[str, Any]], limit: int = 5) -> list[str]:
+    """The most frequent error messages, most frequent first (one line each)."""
+    counts: dict[str, int] = defaultdict(int)
+    for record in records:
+        if error_kind(record):
+            counts[str(record.get("error") or f"grader: {record.get('grader_error')}")] += 1
+    ranked = sorted(counts.items(), key=lambda item: -item[1])[:limit]
+    return [message if count == 1 else f"{message} ({count}x)" for message, count in ranked]
+
+
+def _call_rate(records: Sequence[Mapping[str, Any]]) -> float | None:
+    steps = sum(r.get("steps", 0) for r in records)
+    return sum(r.get("steps", 0) - r.get("no_call_steps", 0) for r in records) / steps if steps else None
+
+
+def _calibration(
+    records: Sequence[Mapping[str, Any]], roles: Sequence[str], resamples: int, seed: int
+) -> dict[str, Any]:
+    """Pass@1 of the model and of each calibration agent, overall and per class, on the same harnesses."""
+    out: dict[str, Any] = {}
+    if not roles:
+        return out
+    for name in ("model", *roles):
+        group = [r for r in records if role(r) == name]
+        if not group:
+            continue
+        estimate, low, high = cluster_bootstrap(group, resamples=resamples, seed=seed)
+        out[name] = {
+            "agent": next((r.get("agent") for r in group if r.get("agent")), name),
+            "episodes": len(group),
+            "pass_at_1": estimate,
+            "ci95": [low, high],
+            "errors": _rates(group)["errors"],
+            "classes": {
+                klass: _mean([float(succeeded(r)) for r in group if r["class"] == klass])
+                for klass in CLASS_ORDER
+                if any(r["class"] == klass for r in group)
+            },
+        }
+    return out
+
+
+def _warnings(summary: Mapping[str, Any], scored: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What makes the numbers suspect, said plainly."""
+    warnings = []
+    if scored and not any(r.get("valid_tool_calls", 0) for r in scored):
+        warnings.append(
+            f"the agent made no valid tool call in {len(scored)} episodes: it may not see its tools "
+            "(check --tool-mode) or not follow the call format; its Pass@1 says little about the harnesses"
+        )
+    if summary["episodes"] and summary["errors"]:
+        kinds = ", ".join(f"{k} {v}" for k, v in summary["errors_by_kind"].items())
+        warnings.append(
+            f"{summary['errors']} of {summary['episodes']} episodes errored ({kinds}); they count as failures"
+        )
+    if summary["context_overflows"]:
+        warnings.append(
+            f"{summary['context_overflows']} episodes ended because the prompt outgrew the model's context "
+            "(outcome context_overflow, counted as failures)"
+        )
+    calibration = summary.get("calibration") or {}
+    if "reference" in calibration and calibration["reference"]["pass_at_1"] < 1.0:
+        warnings.append("the reference agent did not solve every task: some harness or task is broken")
+    if "null" in calibration and calibration["null"]["pass_at_1"] > 0.0:
+        warnings.append("the null agent passed some task: its grader rewards doing nothing")
+    return warnings
 
 
 def _ratio(records: Sequence[Mapping[str, Any]], numerator: str, denominator: str) -> float | None:
@@ -165,22 +310,62 @@ def _pct(value: float | None) -> str:
     return "–" if value is None or value != value else f"{100 * value:.1f}"
 
 
+def _num(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None or value != value else f"{value:.{digits}f}"
+
+
+def _errors_cell(row: Mapping[str, Any]) -> str:
+    return f"{row['errors']} ({_pct(row['error_rate'])}%)" if row.get("errors") else "0"
+
+
 def render_markdown(summary: Mapping[str, Any]) -> str:
+    overall = summary["overall"]
+    kinds = ", ".join(f"{k} {v}" for k, v in summary["errors_by_kind"].items())
+    speed = ""
+    if overall.get("tokens_per_episode") is not None:
+        speed = f", {overall['tokens_per_episode']:.0f} tokens per episode"
+        if overall.get("completion_tokens_per_s") is not None:
+            speed += f", {overall['completion_tokens_per_s']:.1f} generated tokens/s"
     lines = [
         "# Benchmark report",
         "",
-        f"{summary['episodes']} episodes ({summary['errors']} errors). "
-        f"Pass@1 overall {_pct(summary['overall']['pass_at_1'])}%, tool-call validity "
-        f"{_pct(summary['overall']['tool_call_validity'])}%, parse errors per step "
-        f"{summary['overall']['parse_errors_per_step'] or 0:.2f}, mean steps {summary['overall']['mean_steps']:.1f}, "
-        f"tokens {summary['overall']['prompt_tokens']} prompt / {summary['overall']['completion_tokens']} completion.",
+        f"Agent {summary.get('agent') or '?'}: {summary['episodes']} episodes, "
+        f"{summary['errors']} errors ({_pct(summary['error_rate'])}%{'; ' + kinds if kinds else ''}), "
+        f"{summary['context_overflows']} context overflows. "
+        f"Pass@1 overall {_pct(overall['pass_at_1'])}% "
+        f"(95% CI {_pct(overall['ci95'][0])}–{_pct(overall['ci95'][1])}; errors count as failures), "
+        f"tool-call rate {_pct(overall['tool_call_rate'])}% of steps, tool-call validity "
+        f"{_pct(overall['tool_call_validity'])}%, parse errors per step "
+        f"{overall['parse_errors_per_step'] or 0:.2f}, mean steps {_num(overall['mean_steps'])}, "
+        f"tokens {overall['prompt_tokens']} prompt / {overall['completion_tokens']} completion{speed}.",
         "",
     ]
-    lines += ["## Per class", "", "| class | harnesses | episodes | Pass@1 % | 95% CI |", "|---|---|---|---|---|"]
+    if summary.get("warnings"):
+        lines += ["## Warnings", ""] + [f"- {w}" for w in summary["warnings"]] + [""]
+    calibration = summary.get("calibration") or {}
+    if calibration:
+        classes = [k for k in CLASS_ORDER if any(k in row["classes"] for row in calibration.values())]
+        lines += [
+            "## Calibration (same harnesses and tasks; reference should be 100, null 0)",
+            "",
+            "| agent | episodes | errors | Pass@1 % | " + " | ".join(f"{k} %" for k in classes) + " |",
+            "|---|---|---|---|" + "---|" * len(classes),
+        ]
+        for name, row in calibration.items():
+            label = f"{name} ({row['agent']})" if name == "model" else name
+            cells = " | ".join(_pct(row["classes"].get(k)) for k in classes)
+            lines.append(f"| {label} | {row['episodes']} | {row['errors']} | {_pct(row['pass_at_1'])} | {cells} |")
+        lines.append("")
+    lines += [
+        "## Per class",
+        "",
+        "| class | harnesses | episodes | Pass@1 % | 95% CI | errors |",
+        "|---|---|---|---|---|---|",
+    ]
     for klass, row in summary["classes"].items():
         lines.append(
             f"| {klass} | {row['harnesses']} | {row['episodes']} | {_pct(row['pass_at_1'])} | "
-            f"{_pct(row['ci95'][0])}–{_pct(row['ci95'][1])} |"
+            f"{_pct(row['ci95'][0])}–{_pct(row['ci95'][1])} | {_errors_cell(row)} |"
         )
     gap = summary.get("specialisation_gap")
     if gap:
@@ -189,19 +374,23 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
             f"Specialisation gap (base harness minus held-out): {100 * gap['gap']:+.1f} points "
             f"({_pct(gap['base'])}% vs {_pct(gap['heldout'])}%).",
         ]
+    roles = list(dict.fromkeys(name for row in summary["harnesses"].values() for name in row.get("calibration", {})))
     lines += [
         "",
         "## Per harness",
         "",
-        "| harness | class | episodes | Pass@1 % | 95% CI | mean reward | call validity % | parse errors/step | steps | tokens |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| harness | class | episodes | Pass@1 % | 95% CI | errors | "
+        + "".join(f"{name} % | " for name in roles)
+        + "tool-call rate % | call validity % | parse errors/step | steps | tokens |",
+        "|---|---|---|---|---|---|" + "---|" * len(roles) + "---|---|---|---|---|",
     ]
     for env_id, row in summary["harnesses"].items():
         lines.append(
             f"| {env_id} | {row['class']} | {row['episodes']} | {_pct(row['pass_at_1'])} | "
-            f"{_pct(row['ci95'][0])}–{_pct(row['ci95'][1])} | {row['mean_reward']:.3f} | "
-            f"{_pct(row['tool_call_validity'])} | {row['parse_errors_per_step'] or 0:.2f} | "
-            f"{row['mean_steps']:.1f} | {row['mean_tokens']:.0f} |"
+            f"{_pct(row['ci95'][0])}–{_pct(row['ci95'][1])} | {_errors_cell(row)} | "
+            + "".join(f"{_pct(row['calibration'].get(name))} | " for name in roles)
+            + f"{_pct(row['tool_call_rate'])} | {_pct(row['tool_call_validity'])} | "
+            f"{row['parse_errors_per_step'] or 0:.2f} | {_num(row['mean_steps'])} | {_num(row['mean_tokens'], 0)} |"
         )
     if summary["main_effects"]:
         lines += [
@@ -221,7 +410,7 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
                 lines.append(f"| {level} | " + " | ".join(_pct(v) for v in row) + " |")
             lines.append("")
     if summary["error_examples"]:
-        lines += ["", "## Errors", ""] + [f"- {e}" for e in summary["error_examples"]]
+        lines += ["", "## Errors (most frequent first)", ""] + [f"- {e}" for e in summary["error_examples"]]
     return "\n".join(lines) + "\n"
 
 
@@ -285,19 +474,27 @@ def write_report(records: Sequence[Mapping[str, Any]], out_dir: str | Path, **op
 def compare_results(
     a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]], *, resamples: int = 2000, seed: int = 0
 ) -> dict[str, Any]:
-    """Paired bootstrap of Pass@1 differences (b − a) per class, over the (harness, task) pairs both hold."""
+    """Paired bootstrap of Pass@1 differences (b − a) per class, over the (harness, task) pairs both
+    hold (the model's episodes; errored ones count as failures). ``shared_units`` pairs matched;
+    ``only_a`` / ``only_b`` were dropped because the other file lacks them."""
 
     def units(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], tuple[str, float]]:
         grouped: dict[tuple[str, str], list[float]] = defaultdict(list)
         klass: dict[tuple[str, str], str] = {}
-        for r in _scored(records):
-            grouped[(r["harness"], r["task_id"])].append(float(r["passed"]))
+        for r in latest(records):
+            if role(r) != "model":
+                continue
+            grouped[(r["harness"], r["task_id"])].append(float(succeeded(r)))
             klass[(r["harness"], r["task_id"])] = r["class"]
         return {k: (klass[k], float(np.mean(v))) for k, v in grouped.items()}
 
     ua, ub = units(a), units(b)
     shared = sorted(set(ua) & set(ub))
-    out: dict[str, Any] = {"shared_units": len(shared)}
+    out: dict[str, Any] = {
+        "shared_units": len(shared),
+        "only_a": len(set(ua) - set(ub)),
+        "only_b": len(set(ub) - set(ua)),
+    }
     rng = np.random.default_rng(seed)
     for klass in [*CLASS_ORDER, "all"]:
         keys = [k for k in shared if klass == "all" or ua[k][0] == klass]

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -99,28 +99,79 @@ def resolve_harnesses(text: str | Sequence[str]) -> list[HarnessChoice]:
     return chosen
 
 
+CALIBRATION = ("reference", "null")  # agents whose Pass@1 is known: 1.0 and 0.0 in every harness
+ERROR_KINDS = ("agent", "endpoint", "env", "grader")
+
+
 @dataclass(frozen=True)
 class EpisodePlan:
     harness: HarnessChoice
     task_id: str
     run: int
     seed: int
+    role: str = "model"  # or a calibration agent's name
 
     @property
     def key(self) -> str:
-        return f"{self.harness.env_id}|{self.task_id}|{self.run}"
+        key = f"{self.harness.env_id}|{self.task_id}|{self.run}"
+        return key if self.role == "model" else f"{self.role}:{key}"
 
 
 def plan_episodes(
-    harnesses: Sequence[HarnessChoice], tasks: Sequence[Task], runs: int, seed: int = 0
+    harnesses: Sequence[HarnessChoice],
+    tasks: Sequence[Task],
+    runs: int,
+    seed: int = 0,
+    calibration: Sequence[str] = (),
 ) -> list[EpisodePlan]:
-    """Every (harness, task, run). The seed depends on task and run only, so harnesses are paired."""
-    return [
+    """Every (harness, task, run) for the model, then once per (harness, task) for each
+    calibration agent. The seed depends on task and run only, so harnesses are paired."""
+    model = [
         EpisodePlan(h, t.id, r, seed + 1000 * r + i)
         for h in harnesses
         for i, t in enumerate(tasks)
         for r in range(runs)
     ]
+    calibrate = [
+        EpisodePlan(h, t.id, 0, seed + i, role) for role in calibration for h in harnesses for i, t in enumerate(tasks)
+    ]
+    return model + calibrate
+
+
+class EpisodeFailure(Exception):
+    """An exception while running an episode, with the part that raised it (``ERROR_KINDS``)."""
+
+    def __init__(self, kind: str, error: BaseException) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.kind = kind
+
+
+class _BlamingAgent:
+    """Forwards to the agent and marks what it raises as the agent's (or the endpoint's) fault,
+    so an error record says which side failed. Context overflow passes through: it is an outcome."""
+
+    def __init__(self, agent: Any) -> None:
+        self.agent = agent
+
+    def _blame(self, call: Callable[[], Any]) -> Any:
+        from harness_gym.agents.base import ContextOverflow, _resolve
+        from harness_gym.llm_client import LLMError
+
+        try:
+            return _resolve(call())
+        except ContextOverflow:
+            raise
+        except LLMError as exc:
+            raise EpisodeFailure("endpoint", exc) from exc
+        except Exception as exc:
+            raise EpisodeFailure("agent", exc) from exc
+
+    def reset(self, env: Any) -> None:
+        if hasattr(self.agent, "reset"):
+            self._blame(lambda: self.agent.reset(env))
+
+    def act(self, observation: Mapping[str, Any]) -> Any:
+        return self._blame(lambda: self.agent.act(observation))
 
 
 def _safe(text: str) -> str:
@@ -152,28 +203,49 @@ def run_one(
         "task_id": plan.task_id,
         "run": plan.run,
         "seed": plan.seed,
+        "role": plan.role,
     }
     try:
-        task_list = load_tasks(tasks) if isinstance(tasks, str) else list(tasks)
-        options = dict(env_options)
-        if plan.harness.spec_path:
-            env = HarnessEnv(spec=plan.harness.spec_path, tasks=task_list, **options)
-        else:
-            env = gym.make(plan.harness.env_id, tasks=task_list, **options)
-        agent = agent_factory()
-        result = run_episode(env, agent, seed=plan.seed, task_id=plan.task_id)
+        try:
+            task_list = load_tasks(tasks) if isinstance(tasks, str) else list(tasks)
+            options = dict(env_options)
+            if plan.harness.spec_path:
+                env = HarnessEnv(spec=plan.harness.spec_path, tasks=task_list, **options)
+            else:
+                env = gym.make(plan.harness.env_id, tasks=task_list, **options)
+        except Exception as exc:
+            raise EpisodeFailure("env", exc) from exc
+        try:
+            from harness_gym.agents.base import as_agent
+
+            if plan.role == "model":
+                agent = as_agent(agent_factory())
+            else:
+                from harness_gym.agents.factory import make_agent
+
+                agent = make_agent(plan.role)
+        except Exception as exc:
+            raise EpisodeFailure("agent", exc) from exc
+        try:
+            result = run_episode(env, _BlamingAgent(agent), seed=plan.seed, task_id=plan.task_id)
+        except EpisodeFailure:
+            raise
+        except Exception as exc:  # raised by the environment: the harness, the sandbox, the task
+            raise EpisodeFailure("env", exc) from exc
         record = episode_record(base, result, agent, time.perf_counter() - started)
         if trajectory_dir:
             path = Path(trajectory_dir) / f"{_safe(plan.key)}.jsonl"
             write_trajectory(path, record, result.transcript, result.infos)
             record["trajectory"] = str(path)
         return record
-    except Exception as exc:  # a broken task or agent must not take down the run
+    except EpisodeFailure as exc:  # a broken task or agent must not take down the run
         return {
             **base,
             "reward": 0.0,
             "passed": False,
-            "error": f"{type(exc).__name__}: {exc}",
+            "outcome": "error",
+            "error": str(exc),
+            "error_kind": exc.kind,
             "durations": {"episode_s": time.perf_counter() - started},
         }
     finally:
@@ -189,12 +261,20 @@ def episode_record(base: Mapping[str, Any], result: Any, agent: Any, seconds: fl
     tool_errors = sum(len(i.get("tool_errors", [])) for i in steps)
     final = result.final_info
     usage = getattr(agent, "usage", None) or {}
+    grader_error = final.get("grader_error")
+    if grader_error:
+        outcome = "error"
+    elif result.outcome == "context_overflow":
+        outcome = "context_overflow"
+    else:
+        outcome = "passed" if result.reward >= 1.0 else "failed"
     return {
         **base,
         "reward": result.reward,
-        "passed": result.reward >= 1.0,
+        "passed": outcome == "passed",
+        "outcome": outcome,
         "breakdown": final.get("reward_breakdown", {}),
-        "grader_error": final.get("grader_error"),
+        "grader_error": grader_error,
         "steps": result.steps,
         "terminated": result.terminated,
         "truncated": result.truncated,
@@ -209,7 +289,8 @@ def episode_record(base: Mapping[str, Any], result: Any, agent: Any, seconds: fl
         "durations": {"episode_s": seconds, "agent_s": result.agent_s, "env_s": max(seconds - result.agent_s, 0.0)},
         "spec_hash": result.spec_hash,
         "agent": getattr(agent, "name", type(agent).__name__),
-        "error": None,
+        "error": f"grader: {grader_error}" if grader_error else None,
+        "error_kind": "grader" if grader_error else None,
     }
 
 
@@ -248,8 +329,64 @@ class ResultsFile:
             os.fsync(handle.fileno())
 
 
+class ManifestMismatch(ValueError):
+    """``--resume`` of a folder whose recorded run differs from the one asked for."""
+
+
+class BenchAborted(RuntimeError):
+    """The run stopped early: most episodes errored (the message says how and why)."""
+
+
+def harness_gym_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("harness-gym")
+    except Exception:  # not installed as a distribution (a source checkout on PYTHONPATH)
+        return "unknown"
+
+
+def manifest_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """Human-readable differences between two run manifests (notices and timestamps aside)."""
+    skip = {"notices", "created"}
+    out = []
+    for key in sorted((set(old) | set(new)) - skip):
+        before, after = old.get(key), new.get(key)
+        if json.dumps(before, sort_keys=True, default=str) == json.dumps(after, sort_keys=True, default=str):
+            continue
+        if isinstance(before, list) and isinstance(after, list):
+            gone = [x for x in before if x not in after]
+            added = [x for x in after if x not in before]
+            detail = (
+                "; ".join(
+                    part
+                    for part in (
+                        f"only in the recorded run: {_short(gone)}" if gone else "",
+                        f"only in this command: {_short(added)}" if added else "",
+                    )
+                    if part
+                )
+                or "same items, other order"
+            )
+            out.append(f"{key}: {detail}")
+        else:
+            out.append(f"{key}: recorded {before!r}, now {after!r}")
+    return out
+
+
+def _short(items: Sequence[Any], limit: int = 5) -> str:
+    shown = ", ".join(str(i) for i in items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
 class BenchRunner:
-    """Runs a benchmark. ``executor``: ``thread`` (default), ``process`` or ``ray``."""
+    """Runs a benchmark. ``executor``: ``thread`` (default), ``process`` or ``ray``.
+
+    ``agent_info`` (agent, model, endpoint, tool mode, ...) goes into the run manifest beside the
+    harnesses, tasks, runs, seed and version; ``calibration`` agents (default none; the CLI runs
+    reference and null) run once per (harness, task) beside the model. The run stops early when
+    more than ``max_error_rate`` of at least ``min_episodes_before_stop`` finished episodes errored.
+    """
 
     def __init__(
         self,
@@ -268,13 +405,25 @@ class BenchRunner:
         task_count: int | None = None,
         ray_address: str | None = None,
         progress: bool = True,
+        agent_info: Mapping[str, Any] | None = None,
+        calibration: Sequence[str] = (),
+        max_error_rate: float | None = 0.5,
+        min_episodes_before_stop: int = 5,
+        notices: Sequence[str] = (),
     ) -> None:
         if executor not in ("thread", "process", "ray"):
             raise ValueError(f"executor must be thread, process or ray, got {executor!r}")
+        unknown = [c for c in calibration if c not in CALIBRATION]
+        if unknown:
+            raise ValueError(f"unknown calibration agents {unknown}; choose from {CALIBRATION}")
+        if runs < 1:
+            raise ValueError(f"runs must be at least 1, got {runs}")
         self.agent_factory = agent_factory
         self.harnesses = list(harnesses)
         all_tasks = load_tasks(tasks) if isinstance(tasks, str) else list(tasks)
         self.tasks = all_tasks[:task_count] if task_count else all_tasks
+        if not self.tasks:
+            raise ValueError(f"the task selection {tasks if isinstance(tasks, str) else '(list)'} holds no task")
         # workers get the suite by name when they can load it themselves (cheap to send to processes)
         self.task_source: str | list[Task] = tasks if isinstance(tasks, str) and not task_count else self.tasks
         self.runs = runs
@@ -287,22 +436,73 @@ class BenchRunner:
         self.save_trajectories = save_trajectories
         self.ray_address = ray_address
         self.progress = progress
+        self.agent_info = dict(agent_info or {})
+        self.calibration = tuple(calibration)
+        self.max_error_rate = max_error_rate
+        self.min_episodes_before_stop = min_episodes_before_stop
+        self.notices = list(notices)
         self.results = ResultsFile(self.out_dir / "results.jsonl")
+        self._stop = threading.Event()
 
     def plan(self) -> list[EpisodePlan]:
-        return plan_episodes(self.harnesses, self.tasks, self.runs, self.seed)
+        return plan_episodes(self.harnesses, self.tasks, self.runs, self.seed, self.calibration)
+
+    def manifest(self) -> dict[str, Any]:
+        """What this run is: compared on ``--resume``, so results of two different runs never mix."""
+        return {
+            **self.agent_info,
+            "harnesses": [h.env_id for h in self.harnesses],
+            "harness_specs": [h.spec_path for h in self.harnesses if h.spec_path],
+            "tasks": [t.id for t in self.tasks],
+            "runs": self.runs,
+            "seed": self.seed,
+            "env_options": {k: v for k, v in sorted(self.env_options.items())},
+            "calibration": list(self.calibration),
+            "harness_gym_version": harness_gym_version(),
+            "notices": self.notices,
+        }
+
+    def prepare(self) -> None:
+        """Check the output folder without writing anything: results there are continued only
+        with ``resume`` and an identical manifest. A folder whose every recorded episode errored
+        (a run with a broken setup) does not block a new run."""
+        if self.out_dir.exists() and not self.out_dir.is_dir():
+            raise FileExistsError(f"{self.out_dir} exists and is not a folder")
+        manifest_path = self.out_dir / "manifest.json"
+        if self.resume and manifest_path.exists():
+            try:
+                recorded = json.loads(manifest_path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as exc:
+                raise ManifestMismatch(f"{manifest_path} is not JSON ({exc.msg}); cannot check --resume") from exc
+            differences = manifest_differences(recorded, self.manifest())
+            if differences:
+                raise ManifestMismatch(
+                    f"--resume refused: {self.out_dir} holds a different run.\n  "
+                    + "\n  ".join(differences)
+                    + "\nRun the recorded command again, or choose another --out."
+                )
+        if not self.resume and self.results.path.exists() and self.results.path.stat().st_size:
+            finished = self.results.done_keys()
+            if finished:
+                raise FileExistsError(
+                    f"{self.results.path} already holds {len(finished)} finished episodes; pass resume=True "
+                    "(--resume) to continue it, or choose another output folder"
+                )
 
     def run(self, on_record: Callable[[dict[str, Any]], None] | None = None) -> Path:
+        self.prepare()
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        if self.results.path.exists() and self.results.path.stat().st_size and not self.resume:
-            raise FileExistsError(
-                f"{self.results.path} already holds results; pass resume=True (--resume) to continue "
-                "it, or choose another output folder"
-            )
+        ignore = self.out_dir / ".gitignore"
+        if not ignore.exists():
+            ignore.write_text("# written by harness-gym bench: results stay out of git\n*\n")
+        if not self.resume and self.results.path.exists() and self.results.path.stat().st_size:
+            # every recorded episode errored (prepare() checked): keep them aside, start afresh
+            self.results.path.rename(self.out_dir / f"results.errored-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
         self.results.repair()
         self._write_manifest()
         done = self.results.done_keys() if self.resume else set()
-        todo = [p for p in self.plan() if p.key not in done]
+        plan = self.plan()
+        todo = [p for p in plan if p.key not in done]
         trajectories = str(self.out_dir / "trajectories") if self.save_trajectories else None
         work = functools.partial(
             run_one,
@@ -313,9 +513,13 @@ class BenchRunner:
         )
         from tqdm import tqdm
 
+        finished = errors = passed = model_finished = 0
+        error_messages: dict[str, int] = {}
+        started = time.perf_counter()
+        self._stop.clear()
         with tqdm(
-            total=len(todo) + len(done & {p.key for p in self.plan()}),
-            initial=len(done),
+            total=len(plan),
+            initial=len(done & {p.key for p in plan}),
             unit="episode",
             desc="bench",
             disable=not self.progress,
@@ -323,10 +527,38 @@ class BenchRunner:
         ) as bar:
             for record in self._execute(work, todo):
                 self.results.append(record)
+                finished += 1
+                if record.get("error"):
+                    errors += 1
+                    message = str(record["error"])[:300]
+                    error_messages[message] = error_messages.get(message, 0) + 1
+                if record.get("role", "model") == "model":
+                    model_finished += 1
+                    passed += bool(record.get("passed"))
                 bar.update()
-                bar.set_postfix(passed=f"{record.get('reward', 0):.2f}", refresh=False)
+                bar.set_postfix(
+                    pass_rate=f"{passed / model_finished:.2f}" if model_finished else "-",
+                    errors=errors,
+                    eps=f"{finished / max(time.perf_counter() - started, 1e-9):.2f}/s",
+                    refresh=False,
+                )
                 if on_record is not None:
                     on_record(record)
+                if (
+                    self.max_error_rate is not None
+                    and not self._stop.is_set()
+                    and finished >= min(self.min_episodes_before_stop, len(todo))
+                    and errors > self.max_error_rate * finished
+                ):
+                    self._stop.set()  # episodes in flight finish and are recorded; no new ones start
+        if self._stop.is_set():
+            common, count = max(error_messages.items(), key=lambda item: item[1])
+            skipped = len(todo) - finished
+            head = f"stopped early, {skipped} episodes not run: " if skipped else "most episodes errored: "
+            raise BenchAborted(
+                f"{head}{errors} of {finished} episodes errored (more than "
+                f"{100 * (self.max_error_rate or 0):.0f}%); the most common error ({count}x): {common}"
+            )
         return self.results.path
 
     def _execute(
@@ -342,8 +574,8 @@ class BenchRunner:
         with pool:
             pending: set[Future[dict[str, Any]]] = set()
             queue = list(todo)
-            while queue or pending:
-                while queue and len(pending) < self.workers * 2:
+            while (queue and not self._stop.is_set()) or pending:
+                while queue and not self._stop.is_set() and len(pending) < self.workers * 2:
                     pending.add(pool.submit(work, queue.pop(0)))
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in finished:
@@ -364,19 +596,13 @@ class BenchRunner:
         remote = ray.remote(num_cpus=1)(lambda plan: work(plan))
         queue = list(todo)
         pending: list[Any] = []
-        while queue or pending:
-            while queue and len(pending) < self.workers * 2:
+        while (queue and not self._stop.is_set()) or pending:
+            while queue and not self._stop.is_set() and len(pending) < self.workers * 2:
                 pending.append(remote.remote(queue.pop(0)))
             finished, pending = ray.wait(pending, num_returns=1)
             for ref in finished:
                 yield ray.get(ref)
 
     def _write_manifest(self) -> None:
-        manifest = {
-            "harnesses": [asdict(h) for h in self.harnesses],
-            "tasks": [t.id for t in self.tasks],
-            "runs": self.runs,
-            "seed": self.seed,
-            "env_options": self.env_options,
-        }
+        manifest = {**self.manifest(), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         (self.out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str) + "\n")

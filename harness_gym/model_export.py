@@ -1,0 +1,81 @@
+"""``harness-gym export-model``: a model (by default the packaged SmolLM2-135M-Instruct GGUF) as a
+plain transformers folder that vLLM, TRL and transformers load.
+
+A GGUF-to-transformers conversion keeps the weights and the chat template but gets the special
+tokens wrong: SmolLM2's tokenizer comes out with ``<|im_start|>`` as its end-of-sequence token, so
+a server would not stop at the end of a turn. The export sets the end-of-turn token the chat
+template closes turns with (``<|im_end|>`` for ChatML) as eos and pad, in the tokenizer, the model
+config and the generation config.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+# end-of-turn tokens of common chat templates, in order of preference
+END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
+
+
+def end_of_turn_token(tokenizer: Any) -> str | None:
+    """The token that closes an assistant turn in the chat template (and exists in the vocabulary)."""
+    template = tokenizer.chat_template or ""
+    vocabulary = tokenizer.get_vocab()
+    return next((t for t in END_OF_TURN if t in template and t in vocabulary), None)
+
+
+def _save_dequantized(network: Any, folder: Path) -> None:
+    """Save the weights as a plain checkpoint. GGUF weights are de-quantized on load, but newer
+    transformers keep a GGUF quantizer on the model that refuses to serialise: it is detached for
+    the save and put back (the model is shared with in-process agents)."""
+    quantizer = getattr(network, "hf_quantizer", None)
+    config = network.config
+    quantization = config.__dict__.pop("quantization_config", None)
+    try:
+        network.hf_quantizer = None
+        network.save_pretrained(folder)
+    finally:
+        network.hf_quantizer = quantizer
+        if quantization is not None:
+            config.quantization_config = quantization
+
+
+def export_model(
+    out: str | Path, *, model: str | None = None, gguf_file: str | None = None, force: bool = False
+) -> Path:
+    """Write ``model`` (default: the packaged SmolLM2) to ``out``; returns the folder."""
+    from harness_gym.agents.huggingface import load_model
+
+    folder = Path(out)
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        if not force:
+            raise FileExistsError(f"{folder} exists and is not empty; pass --force to replace it")
+        shutil.rmtree(folder) if folder.is_dir() else folder.unlink()
+    tokenizer, network, lock = load_model(model, gguf_file)  # shared: copied, never changed
+    if not tokenizer.chat_template:
+        raise RuntimeError("the model has no chat template; a chat server could not format its prompts")
+    tokenizer = copy.deepcopy(tokenizer)
+    eos = end_of_turn_token(tokenizer)
+    if eos is not None:
+        tokenizer.eos_token = eos
+        tokenizer.pad_token = tokenizer.pad_token or eos
+    folder.mkdir(parents=True, exist_ok=True)
+    with lock:
+        _save_dequantized(network, folder)
+    tokenizer.save_pretrained(folder)
+    if eos is not None:
+        eos_id = tokenizer.convert_tokens_to_ids(eos)
+        pad_id = tokenizer.convert_tokens_to_ids(tokenizer.pad_token)
+        for name in ("config.json", "generation_config.json"):
+            path = folder / name
+            data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+            data.update(eos_token_id=eos_id, pad_token_id=pad_id)
+            if tokenizer.bos_token is not None:
+                data["bos_token_id"] = tokenizer.convert_tokens_to_ids(tokenizer.bos_token)
+            path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    ignore = folder / ".gitignore"
+    ignore.write_text("# written by harness-gym export-model: weights stay out of git\n*\n", encoding="utf-8")
+    return folder
