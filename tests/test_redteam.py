@@ -160,3 +160,24 @@ def test_graded_code_flooding_stdout_does_not_fill_host_memory(tmp_path, clawgym
     )
     grown_mb = int(done.stdout.strip().splitlines()[-1])
     assert grown_mb < 150, f"host RSS grew by {grown_mb} MB while grading"
+
+
+def test_call_to_a_tool_the_harness_lacks_is_not_reported_as_a_canonical_call():
+    """Under T1 the shell tool is `run_shell_command`; a call written as `execute_bash` runs nothing
+    (unknown tool) but reached transcript graders (ClawGym payload, PinchBench grade(transcript))
+    as an `execute_bash` toolCall with the agent's command, the same as one that ran under T0."""
+    from harness_gym.tasks.base import openclaw_transcript
+
+    warnings.simplefilter("ignore")
+    env = HarnessEnv("S0T1O0C0W0", tasks="builtin")
+    try:
+        env.reset(seed=0, options={"task_id": "workspace-disk-usage"})
+        call = {"name": "execute_bash", "arguments": {"command": "python -m pytest -q"}}
+        env.step(f"<tool_call>{json.dumps(call)}</tool_call>")
+        events = openclaw_transcript(env.unwrapped.transcript)
+    finally:
+        env.close()
+    parts = [p for e in events for p in e["message"]["content"] if isinstance(p, dict) and p.get("type") == "toolCall"]
+    assert parts and all(p["name"] != "execute_bash" for p in parts), parts
+    results = [e["message"] for e in events if e["message"]["role"] == "toolResult"]
+    assert results and all(r["toolName"] != "execute_bash" for r in results), results
