@@ -181,3 +181,13 @@ def test_call_to_a_tool_the_harness_lacks_is_not_reported_as_a_canonical_call():
     assert parts and all(p["name"] != "execute_bash" for p in parts), parts
     results = [e["message"] for e in events if e["message"]["role"] == "toolResult"]
     assert results and all(r["toolName"] != "execute_bash" for r in results), results
+
+
+@requires_bwrap
+def test_hard_link_is_not_a_copy_in_generated_easy_tasks():
+    """`ln lemon.txt koala.txt` for "Copy lemon.txt to koala.txt." scored 1.0 (the grader refuses
+    symbolic links as copies, but a hard link is one file under two names)."""
+    reward, info, _ = play("easy-3-0002-copy_file", "ln lemon.txt koala.txt", tasks="generated-easy:3")
+    assert reward == 0.0, info.get("reward_breakdown")
+    reward, info, _ = play("easy-3-0002-copy_file", "cp lemon.txt koala.txt", tasks="generated-easy:3")
+    assert reward == 1.0, info.get("reward_breakdown")
