@@ -492,15 +492,18 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         name (``execute_bash``, ``file_editor``, ...), so a grader that inspects tool use scores
         the same behaviour equally under every tool interface."""
         canonical = {name: tool.canonical for name, tool in self.tool_interface.tools.items()}
+        # A name this harness has no tool for ran nothing: it must not reach a grader under a canonical
+        # name (under T1/T2 a call written as `execute_bash` is unknown there, and was reported as an
+        # `execute_bash` call, indistinguishable from one that ran).
         entry = copy.deepcopy(assistant)
         entry["calls"] = [
-            {"id": c.id, "name": c.name, "canonical": canonical.get(c.name, c.name), "arguments": c.arguments}
+            {"id": c.id, "name": c.name, "canonical": canonical.get(c.name, UNKNOWN_TOOL), "arguments": c.arguments}
             for c in calls
         ]
         results = [dict(m) for m in responses]
         for message in results:
             if message["role"] == "tool":
-                message["canonical_name"] = canonical.get(message["name"], message["name"])
+                message["canonical_name"] = canonical.get(message["name"], UNKNOWN_TOOL)
         return [entry, *results]
 
     def _skill_messages(self) -> list[Message]:
@@ -658,6 +661,8 @@ def _content_text(action: Any) -> str:
     """The text of an action's content, whatever type the content has."""
     return valid_text(message_text(action.get("content") if isinstance(action, Mapping) else action))
 
+
+UNKNOWN_TOOL = "unknown_tool"  # canonical name, for graders, of a call to a tool the harness does not have
 
 def _assistant_message(action: Any, calls: list[ToolCall]) -> Message:
     if isinstance(action, str):

@@ -48,6 +48,7 @@ import struct
 import subprocess
 import tempfile
 import termios
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
@@ -658,21 +659,72 @@ def run_oneshot(
         env=dict(env) if env is not None else None,
         pass_fds=tuple(pass_fds),
     )
+    # Read both streams as they come, keeping only a head and a tail of each (``communicate`` kept
+    # everything: a graded program writing to the grader's stdout for the whole grading time could
+    # fill the host's memory).
+    out, err = _CappedOutput(limit), _CappedOutput(limit)
+    readers = [
+        threading.Thread(target=out.drain, args=(proc.stdout,), daemon=True),
+        threading.Thread(target=err.drain, args=(proc.stderr,), daemon=True),
+    ]
+    for reader in readers:
+        reader.start()
     try:
-        out, err = proc.communicate(timeout=timeout_s)
+        proc.wait(timeout=timeout_s)
         timed_out = False
     except subprocess.TimeoutExpired:
         kill_process_group(proc)
-        out, err, timed_out = b"", b"", True
-    text, elided = elide(out or b"", limit)
+        timed_out = True
+    for reader in readers:
+        reader.join(timeout=5)
+    for stream in (proc.stdout, proc.stderr):
+        with contextlib.suppress(OSError):
+            stream.close()
+    text, elided = ("", 0) if timed_out else out.text()
     return CommandResult(
         text,
         None if timed_out else proc.returncode,
         time.perf_counter() - started,
         timed_out=timed_out,
         elided_chars=elided,
-        extra={"stderr": elide(err or b"", limit)[0]},
+        extra={"stderr": "" if timed_out else err.text()[0]},
     )
+
+
+class _CappedOutput:
+    """The first and last ``limit // 2`` bytes of a stream, and how many were dropped between."""
+
+    def __init__(self, limit: int) -> None:
+        self.half = max(limit // 2, 1)
+        self.limit = limit
+        self.head, self.tail, self.dropped = bytearray(), bytearray(), 0
+
+    def drain(self, stream: Any) -> None:
+        try:
+            while True:
+                chunk = stream.read1(1 << 16) if hasattr(stream, "read1") else stream.read(1 << 16)
+                if not chunk:
+                    return
+                self.add(chunk)
+        except (OSError, ValueError):
+            return
+
+    def add(self, chunk: bytes) -> None:
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > self.half:
+                cut = len(self.tail) - self.half
+                del self.tail[:cut]
+                self.dropped += cut
+
+    def text(self) -> tuple[str, int]:
+        if not self.dropped:
+            return elide(bytes(self.head + self.tail), self.limit)
+        return join_output(self.head, self.tail, self.dropped, self.limit)
 
 
 def join_output(head: bytes, tail: bytes, dropped: int, limit: int) -> tuple[str, int]:

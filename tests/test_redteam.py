@@ -1,0 +1,193 @@
+"""Red-team findings: each test plays one exploit through the environment API (everything the agent
+does runs in the sandbox) and asserts it earns nothing / leaks nothing. A test marked xfail(strict)
+is an exploit that still works."""
+
+import json
+import warnings
+
+import pytest
+from conftest import requires_bwrap
+
+from harness_gym import HarnessEnv
+
+
+def play(task_id, *commands, tasks="builtin"):
+    """Run ``commands`` as the agent, finish, and return (reward, info, outputs)."""
+    warnings.simplefilter("ignore")
+    env = HarnessEnv("S0T0O0C0W0", tasks=tasks)
+    try:
+        env.reset(seed=0, options={"task_id": task_id})
+        outputs = []
+        for command in commands:
+            call = json.dumps({"name": "execute_bash", "arguments": {"command": command}})
+            obs, _, _, _, _ = env.step(f"<tool_call>{call}</tool_call>")
+            outputs.append(obs["messages"][-1]["content"])
+        _, reward, _, _, info = env.step('<tool_call>{"name": "finish", "arguments": {"message": "done"}}</tool_call>')
+        return reward, info, outputs
+    finally:
+        env.close()
+
+
+@requires_bwrap
+def test_checksum_manifest_of_deleted_data_earns_nothing():
+    """workspace-checksum-manifest's grader hashed whatever data/ held at grading time: deleting
+    data/ and writing an empty SHA256SUMS scored 1.0 (the expected manifest was empty too)."""
+    reward, info, _ = play("workspace-checksum-manifest", "rm -rf data; : > SHA256SUMS")
+    assert reward == 0.0, info.get("reward_breakdown")
+
+
+@requires_bwrap
+def test_checksum_manifest_of_replaced_data_earns_nothing():
+    """Same grader: replace data/ with one file of the agent's choosing and list only that one."""
+    reward, info, _ = play(
+        "workspace-checksum-manifest", "rm -rf data; mkdir data; : > data/x; sha256sum data/x > SHA256SUMS"
+    )
+    assert reward == 0.0, info.get("reward_breakdown")
+
+
+DAEMON = '''
+import os, stat, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:  # a daemon that outlives the graded code and writes "1.0" to every pipe it holds
+        fds = []
+        for fd in range(64):
+            try:
+                if stat.S_ISFIFO(os.fstat(fd).st_mode):
+                    fds.append(fd)
+            except OSError:
+                pass
+        end = time.time() + 20
+        while time.time() < end and fds:
+            for fd in list(fds):
+                try:
+                    os.write(fd, b"1.0\\n")
+                except OSError:
+                    fds.remove(fd)
+            time.sleep(0.0005)
+        os._exit(0)
+    os._exit(0)
+
+
+def add(a, b):
+    return a - b
+'''
+
+
+def clawgym_pytest_task(root):
+    """A ClawGym task graded the common way: reward.sh runs pytest on the agent's code and prints
+    the reward as its last line (no signature: the format has none)."""
+    task = root / "task_0000"
+    (task / "input_files").mkdir(parents=True)
+    (task / "reward").mkdir()
+    (task / "data_entry.json").write_text(
+        json.dumps(
+            {
+                "task_id": "task_0000",
+                "user_query": "Fix add() in calc.py.",
+                "input_mount_dir": "/root/.openclaw/workspace",
+                "metadata": {"grading_type": "automated"},
+            }
+        )
+    )
+    (task / "input_files" / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    (task / "reward" / "test_hidden.py").write_text("from calc import add\n\ndef test_add():\n    assert add(2, 3) == 5\n")
+    (task / "reward" / "reward.sh").write_text(
+        "cd /root/.openclaw/workspace\n"
+        'if PYTHONPATH="$PWD:$PYTHONPATH" python -m pytest -q -p no:cacheprovider reward/test_hidden.py; '
+        "then echo 1.0; else echo 0.0; fi\n"
+    )
+    return f"clawgym:{root}"
+
+
+@requires_bwrap
+def test_daemon_left_by_graded_code_cannot_write_the_last_line(tmp_path, clawgym_world):
+    """The graded code (imported by the grader's pytest) double-forks a daemon that keeps writing
+    "1.0" to the grader's stdout (pytest's saved copy of fd 1 is inherited); the grader prints 0.0
+    and exits, the daemon's next "1.0" became the last line, and an unsigned grader scored 1.0."""
+    suite = clawgym_pytest_task(tmp_path)
+    reward, info, _ = play("task_0000", f"cat > calc.py <<'EOF'\n{DAEMON}\nEOF\ntrue", tasks=suite)
+    assert reward == 0.0, (info.get("reward_breakdown"), info.get("grader_error"))
+    # the honest fix still scores
+    reward, info, _ = play("task_0000", "sed -i 's/a - b/a + b/' calc.py", tasks=suite)
+    assert reward == 1.0, info.get("grader_error")
+
+
+FLOOD = '''
+import os, stat
+chunk = b"x" * (1 << 20)
+for fd in range(3, 64):  # pytest's saved copy of the grader's stdout
+    try:
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            for _ in range(300):
+                os.write(fd, chunk)
+    except OSError:
+        pass
+
+
+def add(a, b):
+    return a + b
+'''
+
+FLOOD_DRIVER = """
+import json, resource, sys, warnings
+warnings.simplefilter("ignore")
+from harness_gym import HarnessEnv
+env = HarnessEnv("S0T0O0C0W0", tasks=sys.argv[1])
+env.reset(seed=0, options={"task_id": "task_0000"})
+call = {"name": "execute_bash", "arguments": {"command": "cat > calc.py <<'EOF'\\n" + sys.argv[2] + "\\nEOF"}}
+env.step("<tool_call>" + json.dumps(call) + "</tool_call>")
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+env.step('<tool_call>{"name": "finish", "arguments": {"message": "done"}}</tool_call>')
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+env.close()
+"""
+
+
+@requires_bwrap
+def test_graded_code_flooding_stdout_does_not_fill_host_memory(tmp_path, clawgym_world):
+    """Graded code writing 300 MB to the grader's stdout made the host hold all of it (and more:
+    peak RSS grew by ~1.8 GB), since run_oneshot used communicate(); over a 300 s grader timeout
+    that fills the host's memory. Only a head and a tail are kept now."""
+    import os
+    import subprocess
+    import sys
+
+    suite = clawgym_pytest_task(tmp_path)
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    done = subprocess.run(
+        [sys.executable, "-c", FLOOD_DRIVER, suite, FLOOD], capture_output=True, text=True, timeout=300, env=env
+    )
+    grown_mb = int(done.stdout.strip().splitlines()[-1])
+    assert grown_mb < 150, f"host RSS grew by {grown_mb} MB while grading"
+
+
+def test_call_to_a_tool_the_harness_lacks_is_not_reported_as_a_canonical_call():
+    """Under T1 the shell tool is `run_shell_command`; a call written as `execute_bash` runs nothing
+    (unknown tool) but reached transcript graders (ClawGym payload, PinchBench grade(transcript))
+    as an `execute_bash` toolCall with the agent's command, the same as one that ran under T0."""
+    from harness_gym.tasks.base import openclaw_transcript
+
+    warnings.simplefilter("ignore")
+    env = HarnessEnv("S0T1O0C0W0", tasks="builtin")
+    try:
+        env.reset(seed=0, options={"task_id": "workspace-disk-usage"})
+        call = {"name": "execute_bash", "arguments": {"command": "python -m pytest -q"}}
+        env.step(f"<tool_call>{json.dumps(call)}</tool_call>")
+        events = openclaw_transcript(env.unwrapped.transcript)
+    finally:
+        env.close()
+    parts = [p for e in events for p in e["message"]["content"] if isinstance(p, dict) and p.get("type") == "toolCall"]
+    assert parts and all(p["name"] != "execute_bash" for p in parts), parts
+    results = [e["message"] for e in events if e["message"]["role"] == "toolResult"]
+    assert results and all(r["toolName"] != "execute_bash" for r in results), results
+
+
+@requires_bwrap
+def test_hard_link_is_not_a_copy_in_generated_easy_tasks():
+    """`ln lemon.txt koala.txt` for "Copy lemon.txt to koala.txt." scored 1.0 (the grader refuses
+    symbolic links as copies, but a hard link is one file under two names)."""
+    reward, info, _ = play("easy-3-0002-copy_file", "ln lemon.txt koala.txt", tasks="generated-easy:3")
+    assert reward == 0.0, info.get("reward_breakdown")
+    reward, info, _ = play("easy-3-0002-copy_file", "cp lemon.txt koala.txt", tasks="generated-easy:3")
+    assert reward == 1.0, info.get("reward_breakdown")
