@@ -664,6 +664,7 @@ def _content_text(action: Any) -> str:
 
 UNKNOWN_TOOL = "unknown_tool"  # canonical name, for graders, of a call to a tool the harness does not have
 
+
 def _assistant_message(action: Any, calls: list[ToolCall]) -> Message:
     if isinstance(action, str):
         return {"role": "assistant", "content": valid_text(action), "source": "policy"}

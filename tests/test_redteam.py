@@ -5,16 +5,15 @@ is an exploit that still works."""
 import json
 import warnings
 
-import pytest
 from conftest import requires_bwrap
 
 from harness_gym import HarnessEnv
 
 
-def play(task_id, *commands, tasks="builtin"):
+def play(task_id, *commands, tasks="builtin", **env_options):
     """Run ``commands`` as the agent, finish, and return (reward, info, outputs)."""
     warnings.simplefilter("ignore")
-    env = HarnessEnv("S0T0O0C0W0", tasks=tasks)
+    env = HarnessEnv("S0T0O0C0W0", tasks=tasks, **env_options)
     try:
         env.reset(seed=0, options={"task_id": task_id})
         outputs = []
@@ -45,7 +44,7 @@ def test_checksum_manifest_of_replaced_data_earns_nothing():
     assert reward == 0.0, info.get("reward_breakdown")
 
 
-DAEMON = '''
+DAEMON = """
 import os, stat, time
 if os.fork() == 0:
     os.setsid()
@@ -71,7 +70,7 @@ if os.fork() == 0:
 
 def add(a, b):
     return a - b
-'''
+"""
 
 
 def clawgym_pytest_task(root):
@@ -91,7 +90,9 @@ def clawgym_pytest_task(root):
         )
     )
     (task / "input_files" / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    (task / "reward" / "test_hidden.py").write_text("from calc import add\n\ndef test_add():\n    assert add(2, 3) == 5\n")
+    (task / "reward" / "test_hidden.py").write_text(
+        "from calc import add\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+    )
     (task / "reward" / "reward.sh").write_text(
         "cd /root/.openclaw/workspace\n"
         'if PYTHONPATH="$PWD:$PYTHONPATH" python -m pytest -q -p no:cacheprovider reward/test_hidden.py; '
@@ -113,7 +114,22 @@ def test_daemon_left_by_graded_code_cannot_write_the_last_line(tmp_path, clawgym
     assert reward == 1.0, info.get("grader_error")
 
 
-FLOOD = '''
+def test_daemon_left_by_graded_code_cannot_write_the_last_line_in_docker(
+    tmp_path, clawgym_world, docker_engine, monkeypatch
+):
+    """The same daemon under the Docker backend (the clawgym world imported as an image): the
+    grading container's shell refuses a grading that leaves processes running."""
+    host, _ = docker_engine
+    monkeypatch.setenv("DOCKER_HOST", host)
+    suite = clawgym_pytest_task(tmp_path)
+    options = {"sandbox": "docker", "world": "clawgym"}
+    reward, info, _ = play("task_0000", f"cat > calc.py <<'EOF'\n{DAEMON}\nEOF\ntrue", tasks=suite, **options)
+    assert reward == 0.0 and "status 125" in (info.get("grader_error") or ""), info  # the guard refused it
+    reward, info, _ = play("task_0000", "sed -i 's/a - b/a + b/' calc.py", tasks=suite, **options)
+    assert reward == 1.0, info.get("grader_error")
+
+
+FLOOD = """
 import os, stat
 chunk = b"x" * (1 << 20)
 for fd in range(3, 64):  # pytest's saved copy of the grader's stdout
@@ -127,7 +143,7 @@ for fd in range(3, 64):  # pytest's saved copy of the grader's stdout
 
 def add(a, b):
     return a + b
-'''
+"""
 
 FLOOD_DRIVER = """
 import json, resource, sys, warnings

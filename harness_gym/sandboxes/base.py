@@ -231,6 +231,37 @@ def sealed_binaries_dir(shell: str, python: str) -> Path | None:
         return None
 
 
+# The grader runs in a child shell; when it ends, any process of the sandbox still alive (other than
+# bwrap's init, this shell and zombies) could have written to the grader's stdout *after* its verdict
+# line (a daemon the tested code left, writing "1.0" in a loop, made the last line its own), so such
+# a grading is a grader error (reward 0, exit status 125), and the leftovers are killed. Builtins only
+# (no fork), so the check never sees a process of its own.
+GRADER_LEFTOVER_STATUS = 125
+
+
+def grader_guard(shell_options: str = "") -> str:
+    """Shell code that runs the grade command (``$1``) in a child shell (``$0 shell_options -c``),
+    then refuses the grading if any other process of the sandbox is still alive."""
+    return f'"$0" {shell_options} -c "$1"\n' + _GUARD_CHECK
+
+
+_GUARD_CHECK = (
+    "status=$?\n"
+    "for d in /proc/[0-9]*; do\n"
+    "  p=${d#/proc/}\n"
+    '  if [ "$p" = 1 ] || [ "$p" = "$$" ]; then continue; fi\n'
+    '  { read -r line < "$d/stat"; } 2>/dev/null || continue\n'
+    "  state=${line##*) }; state=${state%% *}\n"
+    '  if [ "$state" = Z ] || [ "$state" = X ]; then continue; fi\n'
+    '  echo "harness-gym: processes the grader started were still running when it ended (pid $p);'
+    ' they could write after its verdict, so it is not trusted" >&2\n'
+    "  kill -9 -1 2>/dev/null\n"
+    f"  exit {GRADER_LEFTOVER_STATUS}\n"
+    "done\n"
+    'exit "$status"\n'
+)
+
+
 def grader_environment(task_env: Mapping[str, str] | None = None) -> dict[str, str]:
     """Environment variables every grader starts with, whichever backend runs it.
 

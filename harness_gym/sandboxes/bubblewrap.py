@@ -32,6 +32,7 @@ from harness_gym.sandboxes.base import (
     check_mount_path,
     copy_grader_files,
     grader_environment,
+    grader_guard,
     grader_init_dir,
     register_backend,
     sealed_binaries_dir,
@@ -47,28 +48,6 @@ SYSTEM_DIRS: tuple[str, ...] = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib
 PRIVATE_TMPFS: tuple[str, ...] = ("/tmp", "/root", "/home", "/run", "/var/tmp")
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-# The grader runs in a child shell; when it ends, any process of the sandbox still alive (other than
-# bwrap's init, this shell and zombies) could have written to the grader's stdout *after* its verdict
-# line (a daemon the tested code left, writing "1.0" in a loop, made the last line its own), so such
-# a grading is a grader error (reward 0, exit status 125), and the leftovers are killed. Builtins only
-# (no fork), so the check never sees a process of its own.
-GRADER_LEFTOVER_STATUS = 125
-GRADER_GUARD = (
-    '"$0" --noprofile --norc -c "$1"\n'
-    "status=$?\n"
-    "for d in /proc/[0-9]*; do\n"
-    '  p=${d#/proc/}\n'
-    '  if [ "$p" = 1 ] || [ "$p" = "$$" ]; then continue; fi\n'
-    '  { read -r line < "$d/stat"; } 2>/dev/null || continue\n'
-    '  state=${line##*) }; state=${state%% *}\n'
-    '  if [ "$state" = Z ] || [ "$state" = X ]; then continue; fi\n'
-    '  echo "harness-gym: processes the grader started were still running when it ended (pid $p);'
-    ' they could write after its verdict, so it is not trusted" >&2\n'
-    "  kill -9 -1 2>/dev/null\n"
-    f"  exit {GRADER_LEFTOVER_STATUS}\n"
-    "done\n"
-    'exit "$status"\n'
-)
 _RESERVED = ("/usr", "/bin", "/sbin", "/lib", "/etc", "/proc", "/dev", "/sys", HARNESS_DIR)
 # where this process starts looking for a free sandbox uid: random, so processes rarely contend
 _uid_cursor = int.from_bytes(os.urandom(2), "big")
@@ -309,7 +288,8 @@ class BubblewrapSandbox(ShellSandbox):
                 argv = self._launcher() + self._bwrap_argv(filter_fd, binds=binds)
                 command = command.replace("{grader}", mount)
                 shell = self._shell_program()
-                argv += [shell, "--noprofile", "--norc", "-c", GRADER_GUARD, shell, self._shell_setup() + command]
+                guard = grader_guard("--noprofile --norc")
+                argv += [shell, "--noprofile", "--norc", "-c", guard, shell, self._shell_setup() + command]
                 proc_env = self._env()
                 proc_env.update(grader_environment(env))
                 return run_oneshot(argv, timeout_s, self.output_limit_chars, proc_env, pass_fds=(filter_fd,))

@@ -31,12 +31,13 @@ from harness_gym.sandboxes.base import (
     check_mount_path,
     copy_grader_files,
     grader_environment,
+    grader_guard,
     grader_init_dir,
     register_backend,
     tool_scripts_dir,
 )
 from harness_gym.sandboxes.options import DEFAULTS
-from harness_gym.sandboxes.shell import ShellSandbox, elide
+from harness_gym.sandboxes.shell import CappedOutput, ShellSandbox
 
 LABEL = "harness-gym"
 OWNER_LABEL = "harness-gym.owner"  # "<hostname>:<pid>"
@@ -187,7 +188,7 @@ class DockerSandbox(ShellSandbox):
             started = time.perf_counter()
             script = command.replace("{grader}", mount)  # the verdict is read from stdout alone
             container = self._run_container(
-                [self.shell, "-c", script],
+                [self.shell, "-c", grader_guard(), self.shell, script],  # leftovers are a grader error
                 extra_volumes={copy: mount, str(grader_init_dir()): GRADER_INIT_DIR},
                 environment=grader_environment(env),
             )
@@ -196,18 +197,23 @@ class DockerSandbox(ShellSandbox):
                 timed_out = False
             except Exception:  # requests' ReadTimeout, surfaced through the SDK
                 status, timed_out = None, True
-            output = b"" if timed_out else container.logs(stdout=True, stderr=False)
-            errors = b"" if timed_out else container.logs(stdout=False, stderr=True)
+            # streamed into a head and a tail: graded code flooding stdout must not fill the host's memory
+            output, errors = CappedOutput(self.output_limit_chars), CappedOutput(self.output_limit_chars)
+            if not timed_out:
+                for chunk in container.logs(stdout=True, stderr=False, stream=True):
+                    output.add(chunk)
+                for chunk in container.logs(stdout=False, stderr=True, stream=True):
+                    errors.add(chunk)
             with contextlib.suppress(Exception):
                 container.remove(force=True)
-            text, elided = elide(output, self.output_limit_chars)
+            text, elided = output.text()
             return CommandResult(
                 text,
                 status,
                 time.perf_counter() - started,
                 timed_out=timed_out,
                 elided_chars=elided,
-                extra={"stderr": elide(errors, self.output_limit_chars)[0]},
+                extra={"stderr": errors.text()[0]},
             )
 
     # ------------------------------------------------------------------ ShellSandbox

@@ -84,7 +84,7 @@ class _Channels:
             self.status.close()
 
 
-class _CappedOutput:
+class CappedOutput:
     """Head and tail of a byte stream, never more than ``limit`` bytes kept (exact output caps)."""
 
     def __init__(self, limit: int) -> None:
@@ -106,6 +106,31 @@ class _CappedOutput:
         if excess > 0:
             del self.tail[:excess]
             self.dropped += excess
+
+    def cut_at(self, marker: bytes) -> bool:
+        """Drop ``marker`` and everything after it, if it is in what is kept near the end (a marker
+        written last lands in the tail, or in the head while nothing was dropped)."""
+        at = self.tail.rfind(marker)
+        if at >= 0:
+            del self.tail[at:]
+            return True
+        joined = self.head + self.tail
+        at = joined.rfind(marker) if not self.dropped else -1
+        if at < 0:
+            return False
+        self.head, self.tail = joined[: min(at, self.half)], joined[self.half : at] if at > self.half else bytearray()
+        return True
+
+    def drain(self, stream: Any) -> None:
+        """Read ``stream`` to its end (a reader thread's loop)."""
+        try:
+            while True:
+                chunk = stream.read1(1 << 16) if hasattr(stream, "read1") else stream.read(1 << 16)
+                if not chunk:
+                    return
+                self.add(chunk)
+        except (OSError, ValueError):
+            return
 
     def text(self) -> tuple[str, int]:
         return join_output(self.head, self.tail, self.dropped, self.limit)
@@ -345,7 +370,8 @@ class ShellSandbox(ABC):
         self._write(
             (
                 f"__hg_c={_quote(command)}\n"
-                f'eval "$__hg_c" </dev/null >&4 2>&1 4>&-; printf \'%s %s\\n\' {nonce} "$?" >&2\n'
+                f'eval "$__hg_c" </dev/null >&4 2>&1 4>&-; __hg_s=$?; printf %s {_fence(nonce)} >&4; '
+                f"printf '%s %s\\n' {nonce} \"$__hg_s\" >&2\n"
             ).encode("utf-8", errors="replace")
         )
         return nonce
@@ -378,7 +404,7 @@ class ShellSandbox(ABC):
         becomes the only process whose records count."""
         assert self._proc is not None and self._proc.stdout is not None
         out_fd, status_fd = self._proc.stdout.fileno(), self._status_fd()
-        output = _CappedOutput(self.output_limit_chars)
+        output = CappedOutput(self.output_limit_chars)
         pending = bytearray()  # stderr-mode status stream
         deadline = time.monotonic() + timeout
         while True:
@@ -407,6 +433,11 @@ class ShellSandbox(ABC):
                 self.forged_records += 1
                 continue
             self._drain(out_fd, output)
+            # stderr mode: stdout and stderr reach the host by separate copies, so the status can
+            # overtake the last output: read on until the command's fence, written after its output
+            fenced = self.status_channel == "socket" or startup
+            if not fenced and not self._read_to_fence(out_fd, output, _fence(nonce).encode(), deadline):
+                return self._partial(output, started), "timeout"
             text, elided = output.text()
             return CommandResult(
                 text, int(value), time.perf_counter() - started, elided_chars=elided, pid=self.shell_pid
@@ -446,7 +477,7 @@ class ShellSandbox(ABC):
             return None, False
         return data.decode(errors="replace").strip(), False
 
-    def _drain(self, fd: int, output: _CappedOutput) -> None:
+    def _drain(self, fd: int, output: CappedOutput) -> None:
         """Read what the command wrote before its status record: what the pipe holds now, no more
         (a background writer must not keep this command open)."""
         available = array.array("i", [0])
@@ -463,7 +494,25 @@ class ShellSandbox(ABC):
             output.add(chunk)
             left -= len(chunk)
 
-    def _partial(self, output: _CappedOutput, started: float) -> CommandResult:
+    def _read_to_fence(self, fd: int, output: CappedOutput, fence: bytes, deadline: float) -> bool:
+        """Read ``fd`` until ``fence`` has passed, then cut the output there (stderr status mode)."""
+        while not output.cut_at(fence):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if not ready:
+                continue
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                return False
+            output.add(chunk)
+        return True
+
+    def _partial(self, output: CappedOutput, started: float) -> CommandResult:
         text, elided = output.text()
         return CommandResult(text, None, time.perf_counter() - started, elided_chars=elided, pid=self.shell_pid)
 
@@ -662,7 +711,7 @@ def run_oneshot(
     # Read both streams as they come, keeping only a head and a tail of each (``communicate`` kept
     # everything: a graded program writing to the grader's stdout for the whole grading time could
     # fill the host's memory).
-    out, err = _CappedOutput(limit), _CappedOutput(limit)
+    out, err = CappedOutput(limit), CappedOutput(limit)
     readers = [
         threading.Thread(target=out.drain, args=(proc.stdout,), daemon=True),
         threading.Thread(target=err.drain, args=(proc.stderr,), daemon=True),
@@ -691,40 +740,9 @@ def run_oneshot(
     )
 
 
-class _CappedOutput:
-    """The first and last ``limit // 2`` bytes of a stream, and how many were dropped between."""
-
-    def __init__(self, limit: int) -> None:
-        self.half = max(limit // 2, 1)
-        self.limit = limit
-        self.head, self.tail, self.dropped = bytearray(), bytearray(), 0
-
-    def drain(self, stream: Any) -> None:
-        try:
-            while True:
-                chunk = stream.read1(1 << 16) if hasattr(stream, "read1") else stream.read(1 << 16)
-                if not chunk:
-                    return
-                self.add(chunk)
-        except (OSError, ValueError):
-            return
-
-    def add(self, chunk: bytes) -> None:
-        room = self.half - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        if chunk:
-            self.tail += chunk
-            if len(self.tail) > self.half:
-                cut = len(self.tail) - self.half
-                del self.tail[:cut]
-                self.dropped += cut
-
-    def text(self) -> tuple[str, int]:
-        if not self.dropped:
-            return elide(bytes(self.head + self.tail), self.limit)
-        return join_output(self.head, self.tail, self.dropped, self.limit)
+def _fence(nonce: str) -> str:
+    """What the shell writes to stdout after a command's output in stderr status mode."""
+    return f"__hg_fence_{nonce}__"
 
 
 def join_output(head: bytes, tail: bytes, dropped: int, limit: int) -> tuple[str, int]:
