@@ -90,7 +90,10 @@ def test_kill_9_of_a_bench_run_then_the_next_run_leaves_nothing(tmp_path):
             assert not Path(folder).exists() and not os.path.ismount(folder), folder
         for group in left.get("cgroup", []):
             assert not Path(group).exists(), group
-        leftovers = [p.name for p in tmpdir.iterdir() if not p.name.startswith("harness-gym-tools-")]
+        # shared, content-keyed caches (tool scripts, sealed binaries, grader init, copy-on-write
+        # layers) stay for every later process; nothing per episode or per process may
+        shared = ("harness-gym-tools-", "harness-gym-bin-", "harness-gym-grader-init-", "harness-gym-layer-")
+        leftovers = [p.name for p in tmpdir.iterdir() if not p.name.startswith(shared)]
         assert leftovers == []
         assert str(tmpdir) not in Path("/proc/self/mounts").read_text()
         stray = subprocess.run(["pgrep", "-f", f"bwrap.*{tmpdir}"], capture_output=True).stdout

@@ -114,7 +114,7 @@ def test_errors_are_observations_and_the_episode_goes_on():
     contents = [m["content"] for m in obs["messages"][-4:]]
     assert "'command' is a required property" in contents[0] and "Expected arguments {command: string" in contents[0]
     assert "unknown tool 'run_sql'" in contents[1] and "execute_bash" in contents[1]
-    assert "could not parse the tool call as JSON" in contents[2]
+    assert "the tool call is not valid JSON" in contents[2]
     assert "is not one of ['view', 'create', 'str_replace', 'insert', 'undo_edit']" in contents[3]
     assert len(info["tool_errors"]) == 3 and len(info["parse_errors"]) == 1
     assert not (terminated or truncated)

@@ -307,7 +307,20 @@ def _check_install_is_invisible(tmp_path: Path) -> None:
     )
     isolation = [] if importlib.util.find_spec("setuptools") is None else ["--no-build-isolation"]
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", *isolation, "--prefix", str(prefix), str(source)],
+        # --ignore-installed: without it pip uninstalls the harness-gym this test runs from
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--ignore-installed",
+            *isolation,
+            "--prefix",
+            str(prefix),
+            str(source),
+        ],
         check=True,
         capture_output=True,
         cwd=tmp_path,

@@ -170,6 +170,7 @@ class BubblewrapSandbox(ShellSandbox):
         self._release_workspace()
         self._layer = layers.shared_layer(sources, fill)
         self.workspace = layers.prepare(self.workspace_size_mb, self.workspace_root)
+        self._workspace_is_tmpfs = True  # what the agent writes lands in the episode's size-limited tmpfs
         isolation.registry().add("dir", self.workspace)  # reclaimed (mounts too) if this process is killed
         self._sync_state()
         return self.workspace

@@ -129,7 +129,15 @@ def process_start_time(pid: int) -> int | None:
 
 
 def owner_alive(pid: int, start_time: int | None) -> bool:
-    return process_start_time(pid) == start_time and start_time is not None
+    """Whether the process that wrote a registry is still running. A zombie is not: a killed owner
+    whose parent died too stays one until an init reaps it, which some hosts' init never does."""
+    if start_time is None or process_start_time(pid) != start_time:
+        return False
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return raw[raw.rindex(")") + 2 :].split()[0] not in ("Z", "X")
 
 
 class Registry:
