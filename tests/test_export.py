@@ -20,20 +20,6 @@ pytestmark = requires_bwrap
 TASK = "workspace-sort-unique"
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    pytest.importorskip("transformers")
-    from transformers import AutoTokenizer
-
-    from harness_gym.agents.huggingface import default_model
-
-    try:
-        folder, gguf = default_model()
-    except RuntimeError as exc:
-        pytest.skip(str(exc))
-    return AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
-
-
 def test_export_prompts_rows_load_in_datasets_openrlhf_and_the_adapters(tmp_path, tokenizer):
     out = tmp_path / "prompts.jsonl"
     assert main(["export", "prompts", "--tasks", "builtin:train", "--harnesses", "S0T0O0C0W0,S2T2O1C1W0",

@@ -35,16 +35,6 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    from transformers import AutoTokenizer
-
-    from harness_gym.agents.huggingface import default_model
-
-    folder, gguf = default_model()
-    return AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
-
-
-@pytest.fixture(scope="module")
 def turns(tokenizer):
     return ChatTurns(tokenizer)
 

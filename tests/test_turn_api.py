@@ -121,20 +121,6 @@ def test_a_registered_format_plugs_into_render():
     assert render([{"role": "user", "content": "hi", "source": "task"}], [], Template(), "shout") == "HI|>"
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    pytest.importorskip("transformers")
-    from transformers import AutoTokenizer
-
-    from harness_gym.agents.huggingface import default_model
-
-    try:
-        folder, gguf = default_model()
-    except RuntimeError as exc:
-        pytest.skip(str(exc))
-    return AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
-
-
 def test_render_with_a_real_chat_template(tokenizer):
     env = HarnessEnv("S2T2O0C0W1")
     observation, _ = env.reset(seed=0)
