@@ -79,7 +79,13 @@ class World:
 
     @property
     def folder(self) -> Path:
-        return worlds_dir() / f"{self.name}-{self.digest}"
+        """Where the world is built: in :func:`worlds_dir`, or, for a user who did not build it, in
+        the system cache a root build filled (worlds are read-only and shared)."""
+        name = f"{self.name}-{self.digest}"
+        for folder in (worlds_dir(), SYSTEM_WORLDS_DIR):
+            if (folder / name / MANIFEST).is_file():
+                return folder / name
+        return worlds_dir() / name
 
     @property
     def rootfs(self) -> Path:
