@@ -82,10 +82,15 @@ class World:
         """Where the world is built: in :func:`worlds_dir`, or, for a user who did not build it, in
         the system cache a root build filled (worlds are read-only and shared)."""
         name = f"{self.name}-{self.digest}"
-        for folder in (worlds_dir(), SYSTEM_WORLDS_DIR):
-            if (folder / name / MANIFEST).is_file():
-                return folder / name
-        return worlds_dir() / name
+        own = worlds_dir() / name
+        shared = SYSTEM_WORLDS_DIR / name
+        if (
+            not (own / MANIFEST).is_file()
+            and not os.environ.get("HARNESS_GYM_WORLDS")
+            and (shared / MANIFEST).is_file()
+        ):
+            return shared
+        return own
 
     @property
     def rootfs(self) -> Path:
