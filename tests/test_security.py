@@ -122,6 +122,9 @@ def test_connect_to_a_server_on_the_host_loopback(env):
 
 
 def test_fork_bomb(env):
+    limits = env.sandbox.limits.as_dict()
+    if "processes" in limits["not_enforced"]:  # non-root without a delegated pids cgroup: said at start
+        pytest.skip(f"the process limit is not enforced here ({limits['not_enforced']['processes']})")
     bash(env, ":(){ :|:& };:", timeout=5)
     time.sleep(1.5)
     uid = env.sandbox.uid
