@@ -1,15 +1,17 @@
 """Copy-on-write workspaces: a shared read-only layer, per-episode changes only, graders see the
 agent's final view, the size limit applies to what the agent writes, nothing left after close."""
 
+import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 from conftest import requires_bwrap
 
-from harness_gym.sandboxes import BubblewrapSandbox, layers
+from harness_gym.sandboxes import BubblewrapSandbox, isolation, layers
 
 pytestmark = [
     requires_bwrap,
@@ -95,3 +97,92 @@ def test_close_and_reset_leave_no_mounts(source):
     assert box.run("ls").output == "a.txt\nbig.bin\npkg\n"
     box.close()
     assert not second.parent.exists() and not _mounted(second.parent)
+
+
+# ----------------------------------------------------------------------------- the bounded cache
+
+
+def _cached(root: Path, name: str, sources, size: int, last_used: float) -> Path:
+    """A layer as the cache records it (``sources`` None: made by an older version, no sidecar)."""
+    layer = root / f"{layers.LAYER_PREFIX}{name}"
+    layer.mkdir()
+    (layer / "data.bin").write_bytes(b"x" * size)
+    if sources is not None:
+        meta = root / f"{layer.name}{layers.META_SUFFIX}"
+        meta.write_text(json.dumps({"sources": [str(s) for s in sources], "bytes": size}))
+        os.utime(meta, (last_used, last_used))
+    else:
+        os.utime(layer, (last_used, last_used))
+    return layer
+
+
+def test_cache_drops_gone_sources_stale_and_unknown_layers_and_keeps_the_rest(tmp_path):
+    now = time.time()
+    alive = tmp_path / "task"
+    alive.mkdir()
+    root = tmp_path / "cache"
+    root.mkdir()
+    gone = _cached(root, "gone", [tmp_path / "deleted-task"], 10, now - 600)
+    stale = _cached(root, "stale", [alive], 10, now - 30 * 3600)
+    legacy = _cached(root, "legacy", None, 10, now - 600)
+    fresh = _cached(root, "fresh", [alive], 10, now - 600)
+    just_used = _cached(root, "just-used", [tmp_path / "deleted-task"], 10, now - 5)  # within the grace
+    registered = _cached(root, "registered", None, 10, now - 600)
+    half_made = root / f"{layers.LAYER_PREFIX}staging-x"
+    half_made.mkdir()
+    os.utime(half_made, (now - 7200, now - 7200))
+    with isolation.owned("layer", str(registered)):  # a live episode of this process uses it
+        done = layers.reclaim_layers(cache_mb=100, max_age_h=24, root=root, now=now)
+    assert {p.name for p in root.iterdir() if not p.name.endswith(layers.META_SUFFIX)} == {
+        fresh.name,
+        just_used.name,
+        registered.name,
+    }
+    text = "\n".join(done)
+    for layer, why in ((gone, "its sources are gone"), (stale, "unused for"), (legacy, "made by an older")):
+        assert f"{layer} ({why}" in text
+    assert "unfinished layer" in text and not (root / f"{gone.name}{layers.META_SUFFIX}").exists()
+
+
+def test_cache_above_its_cap_drops_the_least_recently_used(tmp_path, monkeypatch):
+    now = time.time()
+    task = tmp_path / "task"
+    task.mkdir()
+    root = tmp_path / "cache"
+    root.mkdir()
+    oldest = _cached(root, "oldest", [task], 600_000, now - 3000)
+    middle = _cached(root, "middle", [task], 600_000, now - 2000)
+    newest = _cached(root, "newest", [task], 600_000, now - 1000)
+    monkeypatch.setenv(layers.CACHE_MB_VARIABLE, "1.5")  # room for two of the three
+    done = layers.reclaim_layers(root=root, now=now)
+    assert not oldest.exists() and middle.exists() and newest.exists()
+    assert done == [f"removed layer {oldest} (cache above 1.5 MB; least recently used)"]
+    monkeypatch.setenv(layers.CACHE_MB_VARIABLE, "lots")
+    with pytest.raises(ValueError, match=layers.CACHE_MB_VARIABLE):
+        layers.reclaim_layers(root=root, now=now)
+
+
+@pytest.fixture
+def cache_folder(monkeypatch):
+    """This test's own layer cache, in a folder the sandbox uid can traverse (pytest's is private)."""
+    folder = Path(tempfile.mkdtemp(prefix="harness-gym-test-cache-", dir=tempfile.gettempdir()))
+    folder.chmod(0o755)
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_a_layer_in_use_survives_its_sources_and_goes_after_the_episode(source, cache_folder):
+    box = BubblewrapSandbox()
+    workspace = box.new_layered_workspace([source], _fill(source))
+    box.start(workspace, "/testbed")
+    layer = box._layer
+    assert layer.parent == cache_folder and layer.name in layers.layers_in_use()
+    shutil.rmtree(source)
+    later = time.time() + 100 * 3600
+    assert layers.reclaim_layers(now=later) == [] and layer.is_dir()
+    assert box.run("cat a.txt").output == "alpha\n"
+    box.close()
+    assert layer.name not in layers.layers_in_use()
+    assert layers.reclaim_layers(now=later) == [f"removed layer {layer} (its sources are gone)"]
+    assert not layer.exists()

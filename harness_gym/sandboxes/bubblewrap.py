@@ -169,6 +169,7 @@ class BubblewrapSandbox(ShellSandbox):
             return None
         self._release_workspace()
         self._layer = layers.shared_layer(sources, fill)
+        isolation.registry().add("layer", self._layer)  # in use: the layer cache must not remove it
         self.workspace = layers.prepare(self.workspace_size_mb, self.workspace_root)
         self._workspace_is_tmpfs = True  # what the agent writes lands in the episode's size-limited tmpfs
         isolation.registry().add("dir", self.workspace)  # reclaimed (mounts too) if this process is killed
@@ -452,6 +453,8 @@ class BubblewrapSandbox(ShellSandbox):
         if self.workspace is not None:
             isolation.release_workspace(self.workspace)
             self.workspace = None
+        if self._layer is not None:
+            isolation.registry().discard("layer", self._layer)
         self._layer = None
         self._sync_state()
 

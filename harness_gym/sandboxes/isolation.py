@@ -145,7 +145,9 @@ class Registry:
     and ``-kind value`` lines (one ``write`` each; compacted when it grows), so that a ``kill -9``
     leaves an exact list that :func:`reclaim_dead_owners` cleans up at the next start."""
 
-    KINDS = ("dir", "cgroup", "uid")  # Docker containers: labelled with their owner (docker.py)
+    # Docker containers: labelled with their owner (docker.py). "layer": a shared copy-on-write layer
+    # an episode uses (never reclaimed with its owner; the layer cache must not remove it meanwhile)
+    KINDS = ("dir", "cgroup", "uid", "layer")
     COMPACT_BYTES = 1 << 16
 
     def __init__(self) -> None:
@@ -243,6 +245,23 @@ def _reclaim_once() -> None:
         _reclaimed_in = os.getpid()
         with contextlib.suppress(Exception):  # recovery must never stop a start
             reclaim_dead_owners()
+        with contextlib.suppress(Exception):
+            from harness_gym.sandboxes import layers
+
+            layers.reclaim_layers()
+
+
+def live_registry_values(kind: str) -> list[str]:
+    """The ``kind`` entries in the registries of harness-gym processes still running (this one too)."""
+    values: list[str] = []
+    folder = state_dir() / "owners"
+    for entry in sorted(folder.glob("*.log")) if folder.is_dir() else []:
+        pid, _, start = entry.stem.partition("-")
+        if not pid.isdigit() or not owner_alive(int(pid), int(start) if start.isdigit() else None):
+            continue
+        with contextlib.suppress(OSError):
+            values += read_registry(entry.read_text("utf-8", "surrogateescape")).get(kind, [])
+    return values
 
 
 def reclaim_dead_owners() -> list[str]:

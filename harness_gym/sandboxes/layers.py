@@ -13,6 +13,13 @@ that uid (kernel >= 5.19, root only); where any of this is unavailable the calle
 
 Layout of an episode folder ``D`` (a tmpfs): ``D/lower`` (the idmapped layer), ``D/upper``,
 ``D/work``, ``D/merged`` (the workspace). :func:`release` detaches the whole tree at once.
+
+The cache is bounded (:func:`reclaim_layers`, run at the first start of every process and by
+``harness-gym doctor --clean``): each layer has a sidecar ``<layer>.meta.json`` with its sources,
+its size and, as the file's mtime, its last use. A layer is removed when its sources are gone, when
+it was unused for ``HARNESS_GYM_LAYER_MAX_AGE_H`` hours, or, least recently used first, while the
+cache is above ``HARNESS_GYM_LAYER_CACHE_MB``; never while an episode uses it (it is mounted here,
+or a live process's registry lists it) nor in the minute after its last use.
 """
 
 from __future__ import annotations
@@ -21,16 +28,26 @@ import contextlib
 import ctypes
 import functools
 import hashlib
+import json
 import os
 import shutil
 import tempfile
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 LAYER_PREFIX = "harness-gym-layer-"
 MERGED = "merged"
+META_SUFFIX = ".meta.json"
+CACHE_MB_VARIABLE = "HARNESS_GYM_LAYER_CACHE_MB"  # the cache's size cap (LRU beyond it)
+MAX_AGE_VARIABLE = "HARNESS_GYM_LAYER_MAX_AGE_H"  # hours unused before a layer is removed
+DEFAULT_CACHE_MB = 20_480
+DEFAULT_MAX_AGE_H = 24.0
+GRACE_S = 60.0  # a layer used this recently is never removed (it may be about to be mounted)
+_TRANSIENT = ("staging-", "probe-")  # half-made layers of a killed process, removed after an hour
 
 _CLONE_NEWUSER = 0x10000000
 _SYS_OPEN_TREE, _SYS_MOVE_MOUNT, _SYS_MOUNT_SETATTR = 428, 429, 442
@@ -95,28 +112,184 @@ _LAYERS: dict[tuple[str, ...], Path] = {}
 def shared_layer(sources: Sequence[Path], fill: Callable[[Path], None]) -> Path:
     """The read-only layer for a workspace made by ``fill`` from ``sources``, made once per host.
 
-    A process signs each set of sources once: task files are taken not to change while it runs."""
+    A process signs each set of sources once: task files are taken not to change while it runs.
+    Every call records a use (the sidecar's mtime), so the cache's LRU sees the layer as live."""
     key = tuple(str(Path(s).resolve()) for s in sources)
     known = _LAYERS.get(key)
     if known is not None and known.is_dir():
+        _record_use(known, key)
         return known
     target = Path(tempfile.gettempdir()) / f"{LAYER_PREFIX}{signature(sources)}"
     if target.is_dir():
         _LAYERS[key] = target
+        _record_use(target, key)
         return target
     staging = Path(tempfile.mkdtemp(prefix=f"{LAYER_PREFIX}staging-"))
     try:
         fill(staging)
         os.chmod(staging, 0o755)
+        size = _tree_bytes(staging)
         staging.rename(target)
     except OSError:
         if not target.is_dir():
             raise
+        size = None
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
     _LAYERS[key] = target
+    _record_use(target, key, size)
     return target
+
+
+def _meta_path(layer: Path) -> Path:
+    return layer.with_name(layer.name + META_SUFFIX)
+
+
+def _record_use(layer: Path, sources: Sequence[str], size: int | None = None) -> None:
+    """Touch the layer's sidecar (its last use), writing it first where it is missing."""
+    meta = _meta_path(layer)
+    try:
+        os.utime(meta)
+        return
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return
+    record = {"sources": list(sources), "bytes": _tree_bytes(layer) if size is None else size}
+    staging = meta.with_name(f"{meta.name}.{os.getpid()}.tmp")
+    with contextlib.suppress(OSError):
+        staging.write_text(json.dumps(record))
+        staging.replace(meta)
+
+
+def _tree_bytes(folder: Path) -> int:
+    total = 0
+    for current, _, files in os.walk(folder):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(current, name)).st_blocks * 512
+    return total
+
+
+@dataclass
+class CachedLayer:
+    """One layer of the cache, as :func:`reclaim_layers` sees it."""
+
+    path: Path
+    sources: list[str] | None  # None: made by an older version, which recorded none
+    bytes: int
+    last_used: float  # epoch seconds
+
+
+def cached_layers(root: Path | None = None) -> list[CachedLayer]:
+    """The layers in ``root`` (default: the temporary folder), least recently used first."""
+    folder = Path(root) if root is not None else Path(tempfile.gettempdir())
+    found = []
+    for entry in folder.glob(f"{LAYER_PREFIX}*"):
+        name = entry.name[len(LAYER_PREFIX) :]
+        if name.endswith((META_SUFFIX, ".tmp")) or name.startswith(_TRANSIENT) or not entry.is_dir():
+            continue
+        meta = _meta_path(entry)
+        try:
+            record = json.loads(meta.read_text())
+            found.append(CachedLayer(entry, list(record["sources"]), int(record["bytes"]), meta.stat().st_mtime))
+        except (OSError, ValueError, KeyError, TypeError):
+            with contextlib.suppress(OSError):
+                found.append(CachedLayer(entry, None, _tree_bytes(entry), entry.stat().st_mtime))
+    return sorted(found, key=lambda layer: layer.last_used)
+
+
+def layers_in_use() -> set[str]:
+    """Names of layers an episode uses: mounted in this mount namespace (an idmapped bind's root or an
+    overlay's lowerdir), or listed by a live harness-gym process's registry."""
+    from harness_gym.sandboxes import isolation
+
+    names: set[str] = set()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            for word in line.replace(",", " ").replace(":", " ").replace("=", " ").split():
+                if LAYER_PREFIX in word:
+                    names.add(word.rstrip("/").rsplit("/", 1)[-1])
+    names.update(Path(value).name for value in isolation.live_registry_values("layer"))
+    return names
+
+
+def reclaim_layers(
+    *,
+    cache_mb: float | None = None,
+    max_age_h: float | None = None,
+    root: Path | None = None,
+    now: float | None = None,
+) -> list[str]:
+    """Bound the layer cache; returns a line per layer removed. Limits default to the environment's
+    ``HARNESS_GYM_LAYER_CACHE_MB`` and ``HARNESS_GYM_LAYER_MAX_AGE_H``."""
+    cache_mb = _limit(CACHE_MB_VARIABLE, DEFAULT_CACHE_MB) if cache_mb is None else cache_mb
+    max_age_h = _limit(MAX_AGE_VARIABLE, DEFAULT_MAX_AGE_H) if max_age_h is None else max_age_h
+    now = time.time() if now is None else now
+    folder = Path(root) if root is not None else Path(tempfile.gettempdir())
+    in_use = layers_in_use()
+    done: list[str] = []
+    for entry in folder.glob(f"{LAYER_PREFIX}*"):  # half-made layers of killed processes
+        with contextlib.suppress(OSError):
+            if entry.name[len(LAYER_PREFIX) :].startswith(_TRANSIENT) and now - entry.stat().st_mtime > 3600:
+                shutil.rmtree(entry, ignore_errors=True)
+                done.append(f"removed {entry} (unfinished layer)")
+    kept: list[CachedLayer] = []
+    for layer in cached_layers(folder):
+        idle_s = now - layer.last_used
+        reason = None
+        if layer.path.name in in_use or idle_s < GRACE_S:
+            reason = None
+        elif layer.sources is None:
+            reason = "made by an older version, sources unknown"
+        elif not all(os.path.exists(source) for source in layer.sources):
+            reason = "its sources are gone"
+        elif idle_s > max_age_h * 3600:
+            reason = f"unused for {idle_s / 3600:.1f} h"
+        if reason is None:
+            kept.append(layer)
+        else:
+            _remove(layer.path)
+            done.append(f"removed layer {layer.path} ({reason})")
+    total = sum(layer.bytes for layer in kept)
+    for layer in kept:  # least recently used first
+        if total <= cache_mb * (1 << 20):
+            break
+        if layer.path.name in in_use or now - layer.last_used < GRACE_S:
+            continue
+        _remove(layer.path)
+        total -= layer.bytes
+        done.append(f"removed layer {layer.path} (cache above {cache_mb:g} MB; least recently used)")
+    return done
+
+
+def _limit(variable: str, default: float) -> float:
+    text = os.environ.get(variable, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{variable} must be a number, got {text!r}") from None
+    if not value >= 0:
+        raise ValueError(f"{variable} must be >= 0, got {text!r}")
+    return value
+
+
+def _remove(layer: Path) -> None:
+    """Rename first (a process that finds the name gone makes a fresh layer), then delete."""
+    doomed = layer.with_name(f"{LAYER_PREFIX}staging-doomed-{os.getpid()}-{layer.name[len(LAYER_PREFIX) :]}")
+    try:
+        layer.rename(doomed)
+    except OSError:
+        doomed = layer
+    shutil.rmtree(doomed, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        _meta_path(layer).unlink()
+    for key, path in list(_LAYERS.items()):
+        if path == layer:
+            del _LAYERS[key]
 
 
 # ----------------------------------------------------------------------------- idmapped mounts
