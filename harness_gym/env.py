@@ -495,7 +495,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         # A name this harness has no tool for ran nothing: it must not reach a grader under a canonical
         # name (under T1/T2 a call written as `execute_bash` is unknown there, and was reported as an
         # `execute_bash` call, indistinguishable from one that ran).
-        entry = copy.deepcopy(assistant)
+        entry = _copy_message(assistant)
         entry["calls"] = [
             {"id": c.id, "name": c.name, "canonical": canonical.get(c.name, UNKNOWN_TOOL), "arguments": c.arguments}
             for c in calls
@@ -650,6 +650,8 @@ def valid_text(text: str) -> str:
 
 
 def _encodable(text: str) -> bool:
+    if text.isascii():  # the usual case, without encoding a copy
+        return True
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
