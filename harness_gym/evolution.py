@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from harness_gym.agents import EpisodeResult, run_episode
 from harness_gym.env import HarnessEnv
+from harness_gym.errors import HarnessSpecError
 from harness_gym.hooks import EVENTS, PREDICATES, CallRecord, EpisodeState, Hook
 from harness_gym.llm_client import ChatClient, LLMError
 from harness_gym.metrics import Outcome, RateSummary, paired_bootstrap, pass_rate, trainable_rate
@@ -43,7 +44,7 @@ class Proposer(Protocol):
     def propose(self, spec: Mapping[str, Any], trajectories: Sequence[EpisodeResult]) -> Proposal: ...
 
 
-class ProposalError(ValueError):
+class ProposalError(HarnessSpecError):
     """The proposer's output could not be turned into a spec."""
 
 

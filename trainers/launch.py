@@ -28,6 +28,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from harness_gym.errors import HarnessGymError
 from trainers.openrlhf_args import FlagError, check_flags, openrlhf_parser, to_argv
 from trainers.requests import SETTINGS_ENV, ExecutorSettings
 
@@ -43,7 +44,7 @@ MANAGED_FLAGS = (
 )  # fmt: skip
 
 
-class RecipeError(ValueError):
+class RecipeError(HarnessGymError, ValueError):
     """A recipe is invalid; the message says where."""
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness_gym.design import TRAINING_SET, heldout_set
+from harness_gym.errors import BenchError
 from harness_gym.metrics import tool_calls_by_format
 from harness_gym.presets import OUT_OF_SPACE, PRESETS
 from harness_gym.sandboxes.isolation import die_with_parent
@@ -138,7 +139,7 @@ def plan_episodes(
     return model + calibrate
 
 
-class EpisodeFailure(Exception):
+class EpisodeFailure(BenchError):
     """An exception while running an episode, with the part that raised it (``ERROR_KINDS``)."""
 
     def __init__(self, kind: str, error: BaseException) -> None:
@@ -329,11 +330,11 @@ class ResultsFile:
             os.fsync(handle.fileno())
 
 
-class ManifestMismatch(ValueError):
+class ManifestMismatch(BenchError, ValueError):
     """``--resume`` of a folder whose recorded run differs from the one asked for."""
 
 
-class BenchAborted(RuntimeError):
+class BenchAborted(BenchError):
     """The run stopped early: most episodes errored (the message says how and why)."""
 
 
