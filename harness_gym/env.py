@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
+from harness_gym.factors import compile_config
 from harness_gym.factors.context import ContextManager, TurnRecord
 from harness_gym.factors.observation import ObservationFormatter
 from harness_gym.factors.system_prompt import system_message
@@ -32,7 +33,7 @@ from harness_gym.sandboxes.base import Sandbox, SandboxError, SandboxFactory, ch
 from harness_gym.sandboxes.options import SandboxOptions
 from harness_gym.space import BASE_CONFIG, HarnessConfig
 from harness_gym.spaces import AssistantActionSpace, chat_observation_space
-from harness_gym.spec import BUDGET_DEFAULTS, compile_config, load_spec, resolve_spec, spec_hash, validate_spec
+from harness_gym.spec import BUDGET_DEFAULTS, load_spec, resolve_spec, spec_hash, validate_spec
 from harness_gym.summarizers import Summarizer
 from harness_gym.tasks import GradeResult, Task, load_tasks
 from harness_gym.tool_calls import ActionError, ParsedAction, ToolCall, coerce_arguments, message_text, parse_action

@@ -38,10 +38,10 @@ from typing import Any
 from openrlhf.utils.agent import AgentExecutorBase, AgentInstanceBase
 
 from harness_gym.agents.prompting import text_messages
-from harness_gym.bench.runner import ResultsFile
 from harness_gym.env import HarnessEnv
+from harness_gym.factors import compile_config
 from harness_gym.metrics import tool_calls_by_format
-from harness_gym.spec import compile_config
+from harness_gym.records import ResultsFile
 from harness_gym.tool_formats import format_for_model
 from trainers.requests import ExecutorSettings, RolloutError, RolloutRequest, harness_env_arguments, suite_tasks
 from trainers.turns import ChatTurns
