@@ -15,11 +15,19 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
+from tqdm import tqdm
+
+from harness_gym.agents.base import ContextOverflow, _resolve, as_agent, run_episode
+from harness_gym.agents.factory import make_agent
+from harness_gym.env import HarnessEnv
+from harness_gym.llm_client import LLMError
 from harness_gym.metrics import tool_calls_by_format
-from harness_gym.records import EpisodePlan, HarnessChoice, ResultsFile, plan_episodes
+from harness_gym.records import EpisodePlan, HarnessChoice, ResultsFile, plan_episodes, write_trajectory
 from harness_gym.sandboxes.isolation import die_with_parent
 from harness_gym.tasks import Task, load_tasks
 
@@ -44,9 +52,6 @@ class _BlamingAgent:
         self.agent = agent
 
     def _blame(self, call: Callable[[], Any]) -> Any:
-        from harness_gym.agents.base import ContextOverflow, _resolve
-        from harness_gym.llm_client import LLMError
-
         try:
             return _resolve(call())
         except ContextOverflow:
@@ -76,13 +81,6 @@ def run_one(
     trajectory_dir: str | None,
 ) -> dict[str, Any]:
     """Run one planned episode and return its record (an error becomes a record, not a crash)."""
-    import gymnasium as gym
-
-    import harness_gym  # noqa: F401  (registers the environments in a fresh worker)
-    from harness_gym.agents.base import run_episode
-    from harness_gym.bench.trajectories import write_trajectory
-    from harness_gym.env import HarnessEnv
-
     started = time.perf_counter()
     env = None
     base = {
@@ -106,14 +104,7 @@ def run_one(
         except Exception as exc:
             raise EpisodeFailure("env", exc) from exc
         try:
-            from harness_gym.agents.base import as_agent
-
-            if plan.role == "model":
-                agent = as_agent(agent_factory())
-            else:
-                from harness_gym.agents.factory import make_agent
-
-                agent = make_agent(plan.role)
+            agent = as_agent(agent_factory()) if plan.role == "model" else make_agent(plan.role)
         except Exception as exc:
             raise EpisodeFailure("agent", exc) from exc
         try:
@@ -194,8 +185,6 @@ class BenchAborted(RuntimeError):
 
 def harness_gym_version() -> str:
     try:
-        from importlib.metadata import version
-
         return version("harness-gym")
     except Exception:  # not installed as a distribution (a source checkout on PYTHONPATH)
         return "unknown"
@@ -366,8 +355,6 @@ class BenchRunner:
             env_options=self.env_options,
             trajectory_dir=trajectories,
         )
-        from tqdm import tqdm
-
         finished = errors = passed = model_finished = 0
         error_messages: dict[str, int] = {}
         started = time.perf_counter()
@@ -440,7 +427,7 @@ class BenchRunner:
         self, work: Callable[[EpisodePlan], dict[str, Any]], todo: Sequence[EpisodePlan]
     ) -> Iterable[dict[str, Any]]:
         try:
-            import ray
+            import ray  # optional dependency (the ray extra), only for executor='ray'
         except ImportError as exc:
             raise RuntimeError('--ray needs Ray: pip install "harness-gym[ray]"') from exc
         if not ray.is_initialized():

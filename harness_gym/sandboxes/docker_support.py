@@ -145,8 +145,6 @@ def build_local_image(
             passwd = b"root:x:0:0:root:/root:/bin/sh\n"
             info = tarfile.TarInfo("etc/passwd")
             info.size = len(passwd)
-            import io
-
             tar.addfile(info, io.BytesIO(passwd))
             if with_python:
                 real = os.path.realpath(PYTHON)
