@@ -4,6 +4,8 @@ Importing the package registers all 243 configurations of the Harness Scaling sp
 environments, ``Harness-S{s}T{t}O{o}C{c}W{w}``.
 """
 
+# registers the chat observation spaces with Gymnasium's shared memory, for async vector environments
+import harness_gym.vector_memory  # noqa: F401
 from harness_gym.design import (
     TRAINING_SET,
     build_schedule,
@@ -24,9 +26,10 @@ from harness_gym.errors import (
     TaskError,
     ToolCallError,
 )
+from harness_gym.factors import compile_config
 from harness_gym.registration import register_all
 from harness_gym.space import BASE_CONFIG, FACTORS, HarnessConfig, all_configs, hamming, neighbours
-from harness_gym.spec import SpecError, compile_config, spec_hash, validate_spec
+from harness_gym.spec import SpecError, spec_hash, validate_spec
 from harness_gym.tasks import Task, load_tasks
 
 __version__ = "0.1.0"

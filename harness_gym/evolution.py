@@ -105,20 +105,6 @@ Answer with one JSON object and nothing else:
 {{"diagnosis": "...", "design": "...", "changes": {{"add_tools": [], "remove_tools": [], "add_hooks": [], "remove_hooks": []}}}}"""
 
 
-def render_trajectory(result: EpisodeResult, limit: int = 4000) -> str:
-    """A compact text view of an episode for teachers."""
-    lines = [
-        f"task {result.task_id}: reward {result.reward}, {result.steps} steps, "
-        f"{'truncated' if result.truncated else 'finished'}"
-    ]
-    for message in result.transcript:
-        if message["source"] in ("system",):
-            continue
-        lines.append(f"[{message['source']}] {message['content'][:300]}")
-    text = "\n".join(lines)
-    return text if len(text) <= limit else text[: limit // 2] + "\n...\n" + text[-limit // 2 :]
-
-
 def extract_json(text: str) -> dict[str, Any]:
     """The first JSON object in a model's reply (bare or in a fenced block)."""
     match = re.search(r"\{.*\}", text, re.DOTALL)
@@ -159,7 +145,7 @@ class TeacherProposer:
             "Current harness:\n"
             + json.dumps(current, indent=1)
             + "\n\nTrajectories:\n\n"
-            + "\n\n".join(render_trajectory(t) for t in chosen)
+            + "\n\n".join(t.render() for t in chosen)
         )
         return [{"role": "system", "content": system}, {"role": "user", "content": body}]
 

@@ -20,8 +20,9 @@ from typing import Any
 
 from harness_gym.budget import Budget
 from harness_gym.errors import HarnessSpecError
+from harness_gym.factors import compile_config
 from harness_gym.space import FACTORS, HarnessConfig
-from harness_gym.spec import SpecError, compile_config, load_spec, resolve_spec, spec_hash, validate_spec
+from harness_gym.spec import SpecError, load_spec, resolve_spec, spec_hash, validate_spec
 from harness_gym.tools.roles import tool_role
 
 SPEC_SUFFIXES = (".yaml", ".yml", ".json")

@@ -22,7 +22,6 @@ import yaml
 
 from harness_gym.budget import BUDGET_DEFAULTS as BUDGET_DEFAULTS  # re-exported; its home is harness_gym.budget
 from harness_gym.errors import HarnessSpecError
-from harness_gym.space import HarnessConfig
 
 SPEC_VERSION = 1
 
@@ -207,19 +206,3 @@ def save_spec(spec: Mapping[str, Any], path: str | Path) -> None:
         target.write_text(yaml.safe_dump(dict(spec), sort_keys=False, allow_unicode=True), encoding="utf-8")
     else:
         target.write_text(json.dumps(spec, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
-@functools.cache
-def _compiled(config: HarnessConfig) -> str:
-    from harness_gym.factors import FACTOR_MODULES
-
-    spec: dict[str, Any] = deep_merge(load_variant_file("base"), {"name": config.env_id, "config": config.code})
-    for factor, module in FACTOR_MODULES.items():
-        spec = deep_merge(spec, module.fragment(config.level(factor)))
-    validate_spec(spec)
-    return json.dumps(spec)
-
-
-def compile_config(config: HarnessConfig | str) -> dict[str, Any]:
-    """The harness spec of a configuration of the 3^5 space (a fresh copy each call)."""
-    return json.loads(_compiled(HarnessConfig.parse(config)))

@@ -6,8 +6,8 @@ from conftest import requires_bwrap
 
 from harness_gym import HarnessEnv
 from harness_gym.hooks import CallRecord, EpisodeState, Hook, HookRunner, register_hook_plugin
-from harness_gym.tools.roles import call_effects
 from harness_gym.presets import load_preset
+from harness_gym.tools.roles import call_effects
 
 
 def record(i, name="bash", args=None, error=False, edit=False, check=False):

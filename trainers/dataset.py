@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from harness_gym.bench.runner import resolve_harnesses
 from harness_gym.design import build_schedule, training_set
 from harness_gym.export import rollout_seed
+from harness_gym.records import resolve_harnesses
 from harness_gym.tasks import load_tasks
 from trainers.requests import RolloutRequest, resolve_harness
 

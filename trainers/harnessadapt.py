@@ -36,13 +36,13 @@ from typing import Any, Protocol
 import numpy as np
 
 from harness_gym.agents.openai_chat import OpenAIChatAgent
-from harness_gym.bench.report import load_records
 from harness_gym.evolution import AuditLog, Proposer, TeacherProposer, evolve, rollout
 from harness_gym.llm_client import ChatClient
+from harness_gym.records import load_records
 from harness_gym.skills import SkillTeacher, skills_from_rollouts
 from harness_gym.spec import save_spec, spec_hash, strip_skills
 from harness_gym.tasks import Task, load_tasks
-from trainers.launch import LaunchPlan, plan, write_datasets
+from trainers.launch_plan import LaunchPlan, plan, write_datasets
 from trainers.metrics import training_metrics
 from trainers.requests import resolve_harness
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import os
+import socket
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -37,10 +38,10 @@ from typing import Any
 
 from openrlhf.utils.agent import AgentExecutorBase, AgentInstanceBase
 
-from harness_gym.agents.prompting import text_messages
-from harness_gym.bench.runner import ResultsFile
 from harness_gym.env import HarnessEnv
 from harness_gym.metrics import tool_calls_by_format
+from harness_gym.prompting import text_messages
+from harness_gym.records import ResultsFile
 from harness_gym.tool_formats import format_for_model
 from trainers.requests import ExecutorSettings, RolloutError, RolloutRequest, resolve_harness, suite_tasks
 from trainers.turns import ChatTurns
@@ -215,8 +216,6 @@ class Segment:
 def actor_log_path(rollout_log: Path) -> Path:
     """This actor's own rollout log beside ``rollout_log`` (``rollouts.<host>-<pid>.jsonl``): actors
     on several nodes never append to one file over shared storage; ``trainers.metrics`` merges them."""
-    import socket
-
     return rollout_log.with_name(f"{rollout_log.stem}.{socket.gethostname()}-{os.getpid()}{rollout_log.suffix}")
 
 

@@ -125,6 +125,20 @@ class EpisodeResult:
     def final_info(self) -> dict[str, Any]:
         return self.infos[-1] if self.infos else {}
 
+    def render(self, limit: int = 4000) -> str:
+        """A compact text view of the episode for a teacher model (harness evolution, skill
+        extraction): the outcome, then each non-system message cut to 300 characters."""
+        lines = [
+            f"task {self.task_id}: reward {self.reward}, {self.steps} steps, "
+            f"{'truncated' if self.truncated else 'finished'}"
+        ]
+        for message in self.transcript:
+            if message["source"] in ("system",):
+                continue
+            lines.append(f"[{message['source']}] {message['content'][:300]}")
+        text = "\n".join(lines)
+        return text if len(text) <= limit else text[: limit // 2] + "\n...\n" + text[-limit // 2 :]
+
 
 def run_episode(env: gym.Env, agent: Any, *, seed: int | None = None, task_id: str | None = None) -> EpisodeResult:
     """Reset ``env`` (on ``task_id`` if given), let ``agent`` act until the episode ends.
