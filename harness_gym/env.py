@@ -760,6 +760,14 @@ def _tool_message(call: ToolCall, content: str, source: str) -> Message:
     return {"role": "tool", "content": content, "source": source, "tool_call_id": call.id, "name": call.name}
 
 
+def make_env(harness: Any, tasks: str | Sequence[Task] | None = None, **options: Any) -> HarnessEnv:
+    """The one way to build an environment from (harness, tasks, options): ``harness`` is any
+    reference :meth:`Harness.resolve` takes, ``options`` are ``HarnessEnv``'s (``sandbox``,
+    ``sandbox_options``, ``max_steps``, ``world``, ...). Bench, evolution, the checks and the
+    RL-library adapters all build theirs here."""
+    return HarnessEnv(Harness.resolve(harness), tasks=tasks, **options)
+
+
 def make_spec_env(spec: Mapping[str, Any] | str | Path | None = None, **kwargs: Any) -> HarnessEnv:
     """Entry point of ``gym.make("HarnessAdapt", spec=...)``: any spec file or mapping as an environment."""
     if spec is None:

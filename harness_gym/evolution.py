@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness_gym.agents import EpisodeResult, run_episode
-from harness_gym.env import HarnessEnv
+from harness_gym.agents import EpisodeResult
+from harness_gym.episode import run_suite
 from harness_gym.errors import HarnessSpecError
 from harness_gym.hooks import EVENTS, PREDICATES, CallRecord, EpisodeState, Hook
 from harness_gym.llm_client import ChatClient, LLMError
@@ -299,16 +299,10 @@ def rollout(
     seed: int = 0,
     env_options: Mapping[str, Any] | None = None,
 ) -> ComparisonSide:
-    """Run ``rollouts_per_task`` episodes of every task under ``spec``; seeds depend only on task and index."""
-    env = HarnessEnv(spec=spec, tasks=list(tasks), **dict(env_options or {}))
-    results = []
-    try:
-        for t_index, task in enumerate(tasks):
-            for r_index in range(rollouts_per_task):
-                results.append(run_episode(env, policy(), seed=seed + 1000 * t_index + r_index, task_id=task.id))
-    finally:
-        env.close()
-    return ComparisonSide(spec_hash(spec), results)
+    """Run ``rollouts_per_task`` episodes of every task under ``spec`` (the one episode loop and seed
+    convention: seeds depend only on task and run, so both sides of a comparison are paired)."""
+    episodes = run_suite(spec, policy, tasks, runs=rollouts_per_task, seed=seed, env_options=env_options)
+    return ComparisonSide(spec_hash(spec), [e.result for e in episodes])
 
 
 def compare(

@@ -59,6 +59,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "applications",
         (
             "harness_gym.bench",
+            "harness_gym.episode",
             "harness_gym.evolution",
             "harness_gym.skills",
             "harness_gym.export",

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness_gym.env import HarnessEnv
+from harness_gym.env import make_env as build_env
 from harness_gym.errors import HarnessSpecError
 from harness_gym.requests import resolve_harness
 from harness_gym.tasks import Task
@@ -150,7 +151,7 @@ def make_env(
     **options: Any,
 ) -> HarnessEnv:
     """A :class:`HarnessEnv` for a harness reference (configuration id, preset, spec file or mapping)."""
-    return HarnessEnv(resolve_harness(harness), tasks=tasks, **options)
+    return build_env(resolve_harness(harness), tasks, **options)  # the one way to build one
 
 
 def step_messages(info: Mapping[str, Any]) -> list[dict[str, Any]]:
