@@ -28,6 +28,7 @@ from harness_gym.sandboxes.base import Sandbox, SandboxFactory, choose_backend, 
 from harness_gym.spec import SpecError, diff_specs, resolve_spec, spec_hash, tool_library, validate_spec
 from harness_gym.tasks import Task
 from harness_gym.tools import ToolContext, run_tool
+from harness_gym.tools.roles import tool_role
 
 # ----------------------------------------------------------------------------- proposals
 
@@ -178,9 +179,11 @@ def synthetic_state(hook_spec: Mapping[str, Any], max_steps: int = 60) -> tuple[
     when = hook_spec.get("when", {})
     state = EpisodeState(step=10, max_steps=max_steps, context_limit_chars=100_000)
     name = (when.get("tool_in") or ["bash"])[0]
+    role = (when.get("role_in") or ["shell"])[0]
 
     def call(i: int, error: bool = False, edit: bool = False, args: Any = None) -> CallRecord:
-        return CallRecord(i, name, name, {"a": args if args is not None else 0}, 1 if error else 0, error, edit, False)
+        arguments = {"a": args if args is not None else 0}
+        return CallRecord(i, name, name, arguments, 1 if error else 0, error, edit, False, role)
 
     calls: list[CallRecord] = [call(0)]
     if "ping_pong_at_least" in when:
@@ -219,7 +222,7 @@ def validate_candidate(
     new_tools = [
         t
         for t in candidate["tools"]
-        if old_tools.get(t["name"]) != t and t["implementation"] not in ("finish", "unavailable")
+        if old_tools.get(t["name"]) != t and tool_role(t) not in ("finish", "unavailable")
     ]
     old_hooks = {h["name"]: h for h in (current or {}).get("hooks", [])}
     new_hooks = [h for h in candidate.get("hooks", []) if old_hooks.get(h["name"]) != h]

@@ -22,7 +22,7 @@ from harness_gym.budget import Budget
 from harness_gym.errors import HarnessSpecError
 from harness_gym.factors import compile_config
 from harness_gym.space import FACTORS, HarnessConfig
-from harness_gym.spec import SpecError, load_spec, resolve_spec, spec_hash, validate_spec
+from harness_gym.spec import load_spec, resolve_spec, spec_hash, validate_spec
 from harness_gym.tools.roles import tool_role
 
 SPEC_SUFFIXES = (".yaml", ".yml", ".json")
@@ -94,7 +94,10 @@ class Harness:
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any], source: str = "inline spec") -> Harness:
         """A harness from an expanded spec (``extends``/``use`` already resolved); validated here."""
-        data = json.loads(json.dumps(spec))  # a plain, independent copy (and JSON-able, or an error now)
+        try:
+            data = json.loads(json.dumps(spec))  # a plain, independent copy
+        except (TypeError, ValueError) as exc:
+            raise HarnessSpecError(f"a harness spec must be JSON data: {exc}") from None
         validate_spec(data)
         return cls(data["name"], spec_hash(data), data.get("config"), source, json.dumps(data))
 
@@ -113,10 +116,7 @@ class Harness:
             spec["tool_call_format"] = tool_call_format
         if max_steps is not None:
             spec["budget"]["max_steps"] = int(max_steps)
-        try:
-            return Harness.from_spec(spec, source=self.source)
-        except SpecError as exc:
-            raise HarnessSpecError(f"{self.source}: {exc}") from None
+        return Harness.from_spec(spec, source=self.source)
 
     # ------------------------------------------------------------------ typed views
 

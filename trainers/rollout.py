@@ -38,7 +38,7 @@ from typing import Any
 
 from openrlhf.utils.agent import AgentExecutorBase, AgentInstanceBase
 
-from harness_gym.env import HarnessEnv
+from harness_gym.env import HarnessEnv, make_env
 from harness_gym.metrics import tool_calls_by_format
 from harness_gym.prompting import text_messages
 from harness_gym.records import ResultsFile
@@ -99,9 +99,9 @@ class HarnessAgentInstance(AgentInstanceBase):
             raise RolloutError(f"suite {request.suite!r} has no task {request.task_id!r}")
         harness = resolve_harness(request.harness)
         native = harness.spec.get("tool_call_format") == "openai"  # no native tool calling here: text calls instead
-        env = HarnessEnv(
+        env = make_env(
             harness,
-            tasks=[tasks[request.task_id]],
+            [tasks[request.task_id]],
             sandbox=self.settings.sandbox,
             max_steps=self.settings.max_steps,
             resample_names=self.settings.resample_names,
