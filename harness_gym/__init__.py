@@ -4,6 +4,8 @@ Importing the package registers all 243 configurations of the Harness Scaling sp
 environments, ``Harness-S{s}T{t}O{o}C{c}W{w}``.
 """
 
+# registers the chat observation spaces with Gymnasium's shared memory, for async vector environments
+import harness_gym.vector_memory  # noqa: F401
 from harness_gym.design import (
     TRAINING_SET,
     build_schedule,
@@ -14,9 +16,20 @@ from harness_gym.design import (
     training_set,
 )
 from harness_gym.env import HarnessEnv
+from harness_gym.errors import (
+    AgentError,
+    BenchError,
+    HarnessGymError,
+    HarnessSpecError,
+    RolloutError,
+    SandboxError,
+    TaskError,
+    ToolCallError,
+)
+from harness_gym.factors import compile_config
 from harness_gym.registration import register_all
 from harness_gym.space import BASE_CONFIG, FACTORS, HarnessConfig, all_configs, hamming, neighbours
-from harness_gym.spec import SpecError, compile_config, spec_hash, validate_spec
+from harness_gym.spec import SpecError, spec_hash, validate_spec
 from harness_gym.tasks import Task, load_tasks
 
 __version__ = "0.1.0"
@@ -27,10 +40,18 @@ __all__ = [
     "BASE_CONFIG",
     "FACTORS",
     "TRAINING_SET",
+    "AgentError",
+    "BenchError",
     "HarnessConfig",
     "HarnessEnv",
+    "HarnessGymError",
+    "HarnessSpecError",
+    "RolloutError",
+    "SandboxError",
     "SpecError",
     "Task",
+    "TaskError",
+    "ToolCallError",
     "all_configs",
     "build_schedule",
     "check_orthogonal_array",

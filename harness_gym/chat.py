@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from harness_gym.agents.prompting import openai_messages, text_messages
+from harness_gym.prompting import openai_messages, text_messages
 
 Messages = Sequence[Mapping[str, Any]]
 Renderer = Callable[[Messages, Messages], list[dict[str, Any]]]

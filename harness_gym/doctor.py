@@ -2,7 +2,7 @@
 
 Each check gives ``ok``, ``warn`` (runs, but something is weaker than asked) or ``fail`` (a run
 would break). The trainer's launcher runs the same checks on every Ray node before training
-(:func:`trainers.launch.check_nodes`). ``--clean`` first reclaims what killed harness-gym
+(:func:`trainers.launch_plan.check_nodes`). ``--clean`` first reclaims what killed harness-gym
 processes left behind (workspaces, control and grader folders, cgroups, containers).
 """
 
@@ -11,12 +11,18 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness_gym.sandboxes import isolation, layers
+from harness_gym.sandboxes.base import SandboxError
+from harness_gym.sandboxes.bubblewrap import BubblewrapSandbox
+from harness_gym.sandboxes.docker import remove_orphaned_containers
+from harness_gym.sandboxes.docker_support import docker_client
 from harness_gym.sandboxes.options import DEFAULTS
+from harness_gym.worlds import list_worlds
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 MIN_MEMORY_PER_WORKER_MB = 256  # below this a typical episode (python, git, a test run) does not fit
@@ -62,9 +68,7 @@ def _clean() -> Check:
 
 def _orphaned_containers() -> int:
     try:
-        from harness_gym.sandboxes.docker import _docker_client, remove_orphaned_containers
-
-        return remove_orphaned_containers(_docker_client(os.environ.get("DOCKER_HOST")))
+        return remove_orphaned_containers(docker_client(os.environ.get("DOCKER_HOST")))
     except Exception:
         return 0
 
@@ -112,15 +116,11 @@ def _bubblewrap() -> Check:
 
 def _sandbox_and_limits() -> list[Check]:
     """Start one real sandbox with the default limits: does it answer, and which limits hold?"""
-    from harness_gym.sandboxes.bubblewrap import BubblewrapSandbox
-
     version = isolation.cgroup_version()
     cgroups = Check("cgroups", OK, {0: "none found", 1: "v1 (or hybrid)", 2: "v2 (unified)"}[version])
     if shutil.which("bwrap") is None:
         return [cgroups]
     try:
-        import warnings
-
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             with BubblewrapSandbox(cpus=1.0) as box:
@@ -185,10 +185,6 @@ def _worlds() -> Check:
 
     def run() -> Check:
         try:
-            from harness_gym.worlds import list_worlds  # type: ignore[import-not-found,unused-ignore]
-        except ImportError:
-            return Check("worlds", OK, "this version has no worlds (tasks run on the host's folders)")
-        try:
             rows = list_worlds()
         except Exception as exc:  # a broken world definition stops only the suites that use it
             return Check("worlds", WARN, f"cannot list worlds: {type(exc).__name__}: {exc}")
@@ -205,11 +201,8 @@ def _docker(required: bool) -> Check:
     def run() -> Check:
         if shutil.which("docker") is None:
             return Check("docker", FAIL if required else OK, "no docker client (only tasks with an image need it)")
-        from harness_gym.sandboxes.base import SandboxError
-        from harness_gym.sandboxes.docker import _docker_client
-
         try:
-            _docker_client(os.environ.get("DOCKER_HOST"))
+            docker_client(os.environ.get("DOCKER_HOST"))
         except SandboxError as exc:
             return Check("docker", FAIL if required else WARN, f"{exc} (only tasks with an image need it)")
         return Check("docker", OK, f"engine reachable at {os.environ.get('DOCKER_HOST', 'the default socket')}")

@@ -29,8 +29,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
+
 from harness_gym.chat import chat_messages
-from harness_gym.requests import RolloutRequest, harness_env_arguments
+from harness_gym.env import HarnessEnv
+from harness_gym.records import read_trajectory, resolve_harnesses
+from harness_gym.requests import RolloutRequest, resolve_harness
 from harness_gym.tasks import load_tasks
 
 DATASOURCE = "harness-gym"
@@ -44,8 +48,6 @@ def rollout_seed(seed: int, epoch: int, task_id: str, slot: int) -> int:
 
 def harness_refs(selection: str | Sequence[str]) -> list[str]:
     """Harness references from what ``harness-gym bench --harnesses`` takes."""
-    from harness_gym.bench.runner import resolve_harnesses
-
     return [c.config or c.spec_path or c.env_id for c in resolve_harnesses(selection)]
 
 
@@ -61,13 +63,11 @@ def prompt_rows(
     include_skills: bool = True,
 ) -> list[dict[str, Any]]:
     """Every task of ``suite`` under every harness, ``repeats`` times, with its opening prompt."""
-    from harness_gym.env import HarnessEnv
-
     tasks = load_tasks(suite)[:task_limit] if task_limit else load_tasks(suite)
     rows = []
     for harness in harness_refs(harnesses):
         env = HarnessEnv(
-            **harness_env_arguments(harness), tasks=tasks, resample_names=resample_names, include_skills=include_skills
+            resolve_harness(harness), tasks=tasks, resample_names=resample_names, include_skills=include_skills
         )
         try:
             for repeat in range(repeats):
@@ -134,10 +134,6 @@ def sft_row(trajectory: Mapping[str, Any], tools: Sequence[Mapping[str, Any]], t
 def episode_tools(episode: Mapping[str, Any], tasks: str) -> list[dict[str, Any]]:
     """The tool schemas an episode saw, rebuilt from its harness, task and seed, and checked
     against the spec hash the trajectory recorded."""
-    import gymnasium as gym
-
-    import harness_gym  # noqa: F401  (registers the environments)
-
     harness = str(episode.get("harness"))
     env = gym.make(harness, tasks=tasks) if harness in gym.registry else None
     if env is None:
@@ -161,8 +157,6 @@ def sft_rows(
 ) -> tuple[list[dict[str, Any]], int]:
     """SFT rows of every trajectory whose reward reaches ``min_reward`` (None keeps all); returns the
     rows and how many trajectories were skipped for their reward."""
-    from harness_gym.bench.trajectories import read_trajectory
-
     rows, skipped = [], 0
     tools_cache: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for path in trajectory_files(paths):

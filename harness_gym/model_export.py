@@ -16,6 +16,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from harness_gym.agents.huggingface import load_model
+
 # end-of-turn tokens of common chat templates, in order of preference
 END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
 
@@ -47,8 +49,6 @@ def export_model(
     out: str | Path, *, model: str | None = None, gguf_file: str | None = None, force: bool = False
 ) -> Path:
     """Write ``model`` (default: the packaged SmolLM2) to ``out``; returns the folder."""
-    from harness_gym.agents.huggingface import load_model
-
     folder = Path(out)
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         if not force:

@@ -16,6 +16,8 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.envs.registration import WrapperSpec
 
+from harness_gym.factors import compile_config
+from harness_gym.presets import PRESETS, load_preset, preset_path
 from harness_gym.space import BASE_CONFIG, all_configs
 
 ENTRY_POINT = "harness_gym.env:HarnessEnv"
@@ -44,9 +46,6 @@ def register_all() -> list[str]:
     """Register ``Harness-S?T?O?C?W?`` for every configuration, the presets and the generic
     ``HarnessAdapt`` (which takes ``spec=``), each also as ``harness_gym/<id>-v0``. Idempotent.
     Returns the ids."""
-    from harness_gym.presets import PRESETS, load_preset, preset_path
-    from harness_gym.spec import compile_config
-
     ids = []
     for env_id in PRESETS:
         if env_id in gym.registry and versioned_id(env_id) in gym.registry:

@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from harness_gym.agents.huggingface import load_model
-from harness_gym.agents.prompting import text_messages
+from harness_gym.prompting import text_messages
 from harness_gym.tool_calls import parse_action
 
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness_gym.agents import EpisodeResult
-from harness_gym.evolution import render_trajectory
 from harness_gym.llm_client import ChatClient, LLMError
 from harness_gym.tasks import Task
 
@@ -177,8 +176,8 @@ class SkillTeacher:
         vocabulary = repository_vocabulary(task)
         first, second = pair
         user = (
-            f"Task:\n{task.instruction[:1500]}\n\nAttempt A (reward {first.reward}):\n{render_trajectory(first, 3000)}"
-            f"\n\nAttempt B (reward {second.reward}):\n{render_trajectory(second, 3000)}"
+            f"Task:\n{task.instruction[:1500]}\n\nAttempt A (reward {first.reward}):\n{first.render(3000)}"
+            f"\n\nAttempt B (reward {second.reward}):\n{second.render(3000)}"
         )
         messages = [{"role": "system", "content": SKILL_PROMPT}, {"role": "user", "content": user}]
         result = SkillResult(None, 0)

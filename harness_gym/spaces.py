@@ -111,7 +111,3 @@ class AssistantActionSpace(spaces.Space[Any]):
 
 def chat_observation_space() -> spaces.Dict:
     return spaces.Dict({"messages": MessagesSpace(), "tools": ToolSchemasSpace()})
-
-
-# registers the spaces above with Gymnasium's shared memory, for async vector environments
-import harness_gym.vector_memory  # noqa: E402, F401

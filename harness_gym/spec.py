@@ -20,12 +20,13 @@ from typing import Any
 import jsonschema
 import yaml
 
-from harness_gym.space import HarnessConfig
+from harness_gym.budget import BUDGET_DEFAULTS as BUDGET_DEFAULTS  # re-exported; its home is harness_gym.budget
+from harness_gym.errors import HarnessSpecError
 
 SPEC_VERSION = 1
 
 
-class SpecError(ValueError):
+class SpecError(HarnessSpecError):
     """A harness spec is invalid; the message names the JSON path of the problem."""
 
 
@@ -34,12 +35,6 @@ def spec_schema() -> dict[str, Any]:
     """The JSON schema every harness spec must satisfy."""
     text = resources.files("harness_gym").joinpath("schemas/harness_spec.schema.json").read_text(encoding="utf-8")
     return json.loads(text)
-
-
-def _budget_defaults() -> dict[str, Any]:
-    """Defaults of the optional budget fields, from the schema's ``default`` keywords (their one home)."""
-    fields = spec_schema()["properties"]["budget"]["properties"]
-    return {name: field["default"] for name, field in fields.items() if "default" in field}
 
 
 @functools.cache
@@ -60,9 +55,6 @@ def validate_spec(spec: Mapping[str, Any]) -> None:
         more = f"\n  ... and {len(errors) - 10} more" if len(errors) > 10 else ""
         name = spec.get("name", "<unnamed>") if isinstance(spec, Mapping) else "<not a mapping>"
         raise SpecError(f"invalid harness spec {name!r}:\n" + "\n".join(lines) + more)
-
-
-BUDGET_DEFAULTS: dict[str, Any] = _budget_defaults()
 
 
 def non_finite_numbers(value: Any, path: str = "$") -> list[tuple[str, float]]:
@@ -214,19 +206,3 @@ def save_spec(spec: Mapping[str, Any], path: str | Path) -> None:
         target.write_text(yaml.safe_dump(dict(spec), sort_keys=False, allow_unicode=True), encoding="utf-8")
     else:
         target.write_text(json.dumps(spec, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-
-
-@functools.cache
-def _compiled(config: HarnessConfig) -> str:
-    from harness_gym.factors import FACTOR_MODULES
-
-    spec: dict[str, Any] = deep_merge(load_variant_file("base"), {"name": config.env_id, "config": config.code})
-    for factor, module in FACTOR_MODULES.items():
-        spec = deep_merge(spec, module.fragment(config.level(factor)))
-    validate_spec(spec)
-    return json.dumps(spec)
-
-
-def compile_config(config: HarnessConfig | str) -> dict[str, Any]:
-    """The harness spec of a configuration of the 3^5 space (a fresh copy each call)."""
-    return json.loads(_compiled(HarnessConfig.parse(config)))

@@ -8,9 +8,10 @@ import pytest
 from conftest import requires_bwrap
 
 from harness_gym import HarnessEnv
+from harness_gym.factors import compile_config
 from harness_gym.sandboxes import create_sandbox
 from harness_gym.sandboxes.options import DEFAULTS, SandboxOptions, SandboxOptionsError
-from harness_gym.spec import SpecError, compile_config, load_spec, validate_spec
+from harness_gym.spec import SpecError, load_spec, validate_spec
 from harness_gym.tasks import Task
 from harness_gym.tasks.base import TaskError
 

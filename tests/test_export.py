@@ -10,10 +10,10 @@ import json
 import pytest
 from conftest import requires_bwrap
 
-from harness_gym.bench.trajectories import write_trajectory
 from harness_gym.cli import main
 from harness_gym.env import HarnessEnv
 from harness_gym.export import sft_rows
+from harness_gym.records import write_trajectory
 from harness_gym.requests import RolloutRequest
 
 pytestmark = requires_bwrap

@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from harness_gym import HarnessEnv
+from harness_gym.factors import compile_config
 from harness_gym.presets import PRESETS
 from harness_gym.sandboxes.base import CommandResult
-from harness_gym.spec import compile_config
 from harness_gym.tool_calls import FORMATS
 
 EXAMPLES = int(os.environ.get("HARNESS_GYM_FUZZ_EXAMPLES", "200"))

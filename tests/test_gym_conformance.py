@@ -13,9 +13,9 @@ from conftest import requires_bwrap
 from gymnasium.utils.env_checker import check_env
 
 from harness_gym import HarnessEnv, all_configs
+from harness_gym.factors import compile_config
 from harness_gym.presets import PRESETS
 from harness_gym.registration import versioned_id
-from harness_gym.spec import compile_config
 
 pytestmark = requires_bwrap
 

@@ -15,8 +15,8 @@ from harness_gym.agents.base import encode_call
 from harness_gym.agents.reference import ReferenceAgent
 from harness_gym.chat import chat_messages
 from harness_gym.env import HarnessEnv
+from harness_gym.factors import compile_config
 from harness_gym.integrations.base import ASPECTS, LIBRARIES, SUPPORT, UnsupportedHarness, harness_aspects
-from harness_gym.spec import compile_config
 from harness_gym.tool_calls import parse_action
 
 pytestmark = requires_bwrap

@@ -2,8 +2,9 @@ import copy
 
 import pytest
 
+from harness_gym.factors import compile_config
 from harness_gym.space import FACTORS, HarnessConfig, all_configs
-from harness_gym.spec import SpecError, compile_config, load_spec, save_spec, spec_hash, validate_spec
+from harness_gym.spec import SpecError, load_spec, save_spec, spec_hash, validate_spec
 
 # which top-level spec keys each factor owns
 OWNED = {

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from harness_gym.agents.openai_chat import OpenAIChatAgent
-from harness_gym.agents.prompting import TEXT_FORMATS, text_messages, tools_prompt
 from harness_gym.metrics import tool_call_validity_by_format, tool_calls_by_format
+from harness_gym.prompting import TEXT_FORMATS, text_messages, tools_prompt
 from harness_gym.tool_formats import (
     FORMATS,
     ModelTableError,

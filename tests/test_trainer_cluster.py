@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import requires_bwrap
 
-from trainers.launch import RecipeError, check_nodes, refuse_unready
+from trainers.launch_plan import RecipeError, check_nodes, refuse_unready
 from trainers.metrics import main as metrics_main
 from trainers.metrics import rollout_files
 

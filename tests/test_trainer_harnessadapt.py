@@ -18,7 +18,8 @@ from harness_gym.presets import load_preset
 from harness_gym.skills import SkillTeacher
 from harness_gym.spec import load_spec
 from trainers.harnessadapt import PrintingEpochTrainer, harnessadapt_loop
-from trainers.launch import load_recipe, main
+from trainers.launch import main
+from trainers.launch_plan import load_recipe
 
 pytestmark = [
     requires_bwrap,

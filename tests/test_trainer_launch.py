@@ -11,12 +11,13 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from harness_gym.bench.report import load_records
 from harness_gym.design import TRAINING_SET
+from harness_gym.records import load_records
 from harness_gym.space import HarnessConfig, hamming
 from harness_gym.tasks import load_tasks
 from trainers import dataset as ds
-from trainers.launch import RECIPES_DIR, RecipeError, load_recipe, main, plan
+from trainers.launch import main
+from trainers.launch_plan import RECIPES_DIR, RecipeError, load_recipe, plan
 from trainers.metrics import main as metrics_main
 from trainers.metrics import training_metrics
 from trainers.openrlhf_args import FlagError, check_flags, openrlhf_parser

@@ -20,9 +20,9 @@ pytest.importorskip("transformers")
 from conftest import requires_bwrap
 
 from harness_gym.agents import ReferenceAgent, run_episode
-from harness_gym.agents.prompting import text_messages
 from harness_gym.env import HarnessEnv
-from harness_gym.spec import compile_config
+from harness_gym.factors import compile_config
+from harness_gym.prompting import text_messages
 from harness_gym.tasks import load_tasks
 from trainers.engines import SamplingParams, ScriptedEngine, TransformersEngine
 from trainers.requests import ExecutorSettings, RolloutError, RolloutRequest

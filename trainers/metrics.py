@@ -20,7 +20,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from harness_gym.bench.report import load_records
 from harness_gym.metrics import (
     Outcome,
     group_outcome_shares,
@@ -28,6 +27,7 @@ from harness_gym.metrics import (
     tool_call_validity_by_format,
     trainable_rate,
 )
+from harness_gym.records import load_records
 
 
 def _group_key(record: Mapping[str, Any]) -> str:

@@ -20,10 +20,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from harness_gym.errors import HarnessGymError
+
 TRAIN_MODULE = "openrlhf.cli.train_ppo_ray"
 
 
-class FlagError(ValueError):
+class FlagError(HarnessGymError, ValueError):
     """A recipe's OpenRLHF flags do not parse with OpenRLHF's parser."""
 
 

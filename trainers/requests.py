@@ -13,8 +13,10 @@ from harness_gym.requests import (  # noqa: F401
     RolloutError,
     RolloutRequest,
     harness_env_arguments,
+    resolve_harness,
     suite_tasks,
 )
+from harness_gym.tool_formats import format_names
 
 SETTINGS_ENV = "HARNESS_GYM_EXECUTOR"
 SEGMENT_CHOICES = ("last", "first")
@@ -41,8 +43,6 @@ class ExecutorSettings:
     def __post_init__(self) -> None:
         if self.segment not in SEGMENT_CHOICES:
             raise ValueError(f"segment must be one of {SEGMENT_CHOICES}, got {self.segment!r}")
-        from harness_gym.tool_formats import format_names
-
         if self.tool_call_format not in format_names():
             raise ValueError(
                 f"tool_call_format must be a text format or auto (OpenRLHF has no native tool calling), got "

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness_gym.agents.huggingface import load_model
 from trainers.engines import SamplingParams, TransformersEngine, VLLMEngine
 from trainers.requests import ExecutorSettings
 from trainers.rollout import HarnessAgentExecutor
@@ -120,8 +121,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         params: Any = vllm.SamplingParams(temperature=args.temperature, max_tokens=args.max_new_tokens, logprobs=1)
     else:
         from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from harness_gym.agents.huggingface import load_model
 
         if args.model:
             tokenizer = AutoTokenizer.from_pretrained(args.model)

@@ -18,11 +18,12 @@ from typing import Any, Protocol
 import gymnasium as gym
 
 from harness_gym.env import HarnessEnv
+from harness_gym.errors import AgentError
 
 CALL_FORMATS = ("hermes", "xml", "openai")
 
 
-class ContextOverflow(RuntimeError):
+class ContextOverflow(AgentError):
     """The prompt no longer fits the model's context: an episode outcome (a failure), not an error."""
 
 
@@ -123,6 +124,20 @@ class EpisodeResult:
     @property
     def final_info(self) -> dict[str, Any]:
         return self.infos[-1] if self.infos else {}
+
+    def render(self, limit: int = 4000) -> str:
+        """A compact text view of the episode for a teacher model (harness evolution, skill
+        extraction): the outcome, then each non-system message cut to 300 characters."""
+        lines = [
+            f"task {self.task_id}: reward {self.reward}, {self.steps} steps, "
+            f"{'truncated' if self.truncated else 'finished'}"
+        ]
+        for message in self.transcript:
+            if message["source"] in ("system",):
+                continue
+            lines.append(f"[{message['source']}] {message['content'][:300]}")
+        text = "\n".join(lines)
+        return text if len(text) <= limit else text[: limit // 2] + "\n...\n" + text[-limit // 2 :]
 
 
 def run_episode(env: gym.Env, agent: Any, *, seed: int | None = None, task_id: str | None = None) -> EpisodeResult:

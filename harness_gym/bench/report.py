@@ -20,20 +20,8 @@ from typing import Any
 import numpy as np
 
 from harness_gym.metrics import tool_call_validity_by_format
+from harness_gym.records import HARNESS_CLASSES
 from harness_gym.space import BASE_CONFIG, FACTORS, HarnessConfig
-
-CLASS_ORDER = ("training", "heldout", "in_space", "preset", "out_of_space", "custom")
-
-
-def load_records(path: str | Path) -> list[dict[str, Any]]:
-    """Episode records from a results file (unreadable lines are skipped, errors kept)."""
-    records = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return records
 
 
 def latest(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -162,7 +150,7 @@ def summarize(records: Sequence[Mapping[str, Any]], *, resamples: int = 2000, se
             },
         }
     classes = {}
-    for klass in CLASS_ORDER:
+    for klass in HARNESS_CLASSES:
         group = [r for r in model if r["class"] == klass]
         if group:
             estimate, low, high = cluster_bootstrap(group, resamples=resamples, seed=seed)
@@ -268,7 +256,7 @@ def _calibration(
             "errors": _rates(group)["errors"],
             "classes": {
                 klass: _mean([float(succeeded(r)) for r in group if r["class"] == klass])
-                for klass in CLASS_ORDER
+                for klass in HARNESS_CLASSES
                 if any(r["class"] == klass for r in group)
             },
         }
@@ -344,7 +332,7 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
         lines += ["## Warnings", ""] + [f"- {w}" for w in summary["warnings"]] + [""]
     calibration = summary.get("calibration") or {}
     if calibration:
-        classes = [k for k in CLASS_ORDER if any(k in row["classes"] for row in calibration.values())]
+        classes = [k for k in HARNESS_CLASSES if any(k in row["classes"] for row in calibration.values())]
         lines += [
             "## Calibration (same harnesses and tasks; reference should be 100, null 0)",
             "",
@@ -496,7 +484,7 @@ def compare_results(
         "only_b": len(set(ub) - set(ua)),
     }
     rng = np.random.default_rng(seed)
-    for klass in [*CLASS_ORDER, "all"]:
+    for klass in [*HARNESS_CLASSES, "all"]:
         keys = [k for k in shared if klass == "all" or ua[k][0] == klass]
         if not keys:
             continue

@@ -10,135 +10,33 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from harness_gym.design import TRAINING_SET, heldout_set
+from tqdm import tqdm
+
+from harness_gym.agents.base import ContextOverflow, _resolve, as_agent, run_episode
+from harness_gym.agents.factory import make_agent
+from harness_gym.env import make_env
+from harness_gym.errors import BenchError
+from harness_gym.llm_client import LLMError
 from harness_gym.metrics import tool_calls_by_format
-from harness_gym.presets import OUT_OF_SPACE, PRESETS
+from harness_gym.records import EpisodePlan, HarnessChoice, ResultsFile, plan_episodes, write_trajectory
 from harness_gym.sandboxes.isolation import die_with_parent
-from harness_gym.space import BASE_CONFIG, HarnessConfig, all_configs
 from harness_gym.tasks import Task, load_tasks
-
-QUICK = ("S0T0O0C0W0", "S1T2O0C1W2", "heldout:1", "Harness-ClaudeCodeStyle")
-CLASSES = ("training", "heldout", "in_space", "preset", "out_of_space", "custom")
-
-
-@dataclass(frozen=True)
-class HarnessChoice:
-    """A harness to benchmark: an environment id (or spec file) and its class."""
-
-    env_id: str
-    klass: str
-    config: str | None = None
-    spec_path: str | None = None
-
-
-def classify_config(config: HarnessConfig) -> str:
-    if config in TRAINING_SET:
-        return "training"
-    if config in heldout_set():
-        return "heldout"
-    return "in_space"
-
-
-def resolve_harnesses(text: str | Sequence[str]) -> list[HarnessChoice]:
-    """Parse a harness selection: comma-separated ``training``, ``heldout`` (``heldout:N`` for the
-    first N), ``all`` (243), ``base``, ``presets``, ``out-of-space``, ``quick``, configuration ids,
-    environment ids (``HarnessAdapt-H1``) and spec files (``*.yaml``/``*.json``)."""
-    items = [p.strip() for p in (text.split(",") if isinstance(text, str) else text) if p.strip()]
-    chosen: list[HarnessChoice] = []
-
-    def add(choice: HarnessChoice) -> None:
-        if choice.env_id not in {c.env_id for c in chosen}:
-            chosen.append(choice)
-
-    def add_config(config: HarnessConfig) -> None:
-        add(HarnessChoice(config.env_id, classify_config(config), config.code))
-
-    for item in items:
-        if item == "quick":
-            for choice in resolve_harnesses(list(QUICK)):
-                add(choice)
-        elif item == "training":
-            for c in TRAINING_SET:
-                add_config(c)
-        elif item == "heldout" or item.startswith("heldout:"):
-            count = int(item.split(":")[1]) if ":" in item else None
-            for c in list(heldout_set())[:count]:
-                add_config(c)
-        elif item == "all":
-            for c in all_configs():
-                add_config(c)
-        elif item == "base":
-            add_config(BASE_CONFIG)
-        elif item == "presets":
-            for env_id in PRESETS:
-                add(HarnessChoice(env_id, "out_of_space" if env_id in OUT_OF_SPACE else "preset"))
-        elif item in ("out-of-space", "out_of_space"):
-            for env_id in OUT_OF_SPACE:
-                add(HarnessChoice(env_id, "out_of_space"))
-        elif item in PRESETS:
-            add(HarnessChoice(item, "out_of_space" if item in OUT_OF_SPACE else "preset"))
-        elif item.endswith((".yaml", ".yml", ".json")):
-            path = Path(item)
-            if not path.is_file():
-                raise ValueError(f"harness spec file {item} does not exist")
-            add(HarnessChoice(f"spec:{path.stem}", "custom", None, str(path.resolve())))
-        else:
-            add_config(HarnessConfig.parse(item))
-    if not chosen:
-        raise ValueError("no harness chosen")
-    return chosen
-
 
 CALIBRATION = ("reference", "null")  # agents whose Pass@1 is known: 1.0 and 0.0 in every harness
 ERROR_KINDS = ("agent", "endpoint", "env", "grader")
 
 
-@dataclass(frozen=True)
-class EpisodePlan:
-    harness: HarnessChoice
-    task_id: str
-    run: int
-    seed: int
-    role: str = "model"  # or a calibration agent's name
 
-    @property
-    def key(self) -> str:
-        key = f"{self.harness.env_id}|{self.task_id}|{self.run}"
-        return key if self.role == "model" else f"{self.role}:{key}"
-
-
-def plan_episodes(
-    harnesses: Sequence[HarnessChoice],
-    tasks: Sequence[Task],
-    runs: int,
-    seed: int = 0,
-    calibration: Sequence[str] = (),
-) -> list[EpisodePlan]:
-    """Every (harness, task, run) for the model, then once per (harness, task) for each
-    calibration agent. The seed depends on task and run only, so harnesses are paired."""
-    model = [
-        EpisodePlan(h, t.id, r, seed + 1000 * r + i)
-        for h in harnesses
-        for i, t in enumerate(tasks)
-        for r in range(runs)
-    ]
-    calibrate = [
-        EpisodePlan(h, t.id, 0, seed + i, role) for role in calibration for h in harnesses for i, t in enumerate(tasks)
-    ]
-    return model + calibrate
-
-
-class EpisodeFailure(Exception):
+class EpisodeFailure(BenchError):
     """An exception while running an episode, with the part that raised it (``ERROR_KINDS``)."""
 
     def __init__(self, kind: str, error: BaseException) -> None:
@@ -154,9 +52,6 @@ class _BlamingAgent:
         self.agent = agent
 
     def _blame(self, call: Callable[[], Any]) -> Any:
-        from harness_gym.agents.base import ContextOverflow, _resolve
-        from harness_gym.llm_client import LLMError
-
         try:
             return _resolve(call())
         except ContextOverflow:
@@ -186,13 +81,6 @@ def run_one(
     trajectory_dir: str | None,
 ) -> dict[str, Any]:
     """Run one planned episode and return its record (an error becomes a record, not a crash)."""
-    import gymnasium as gym
-
-    import harness_gym  # noqa: F401  (registers the environments in a fresh worker)
-    from harness_gym.agents.base import run_episode
-    from harness_gym.bench.trajectories import write_trajectory
-    from harness_gym.env import HarnessEnv
-
     started = time.perf_counter()
     env = None
     base = {
@@ -209,21 +97,11 @@ def run_one(
         try:
             task_list = load_tasks(tasks) if isinstance(tasks, str) else list(tasks)
             options = dict(env_options)
-            if plan.harness.spec_path:
-                env = HarnessEnv(spec=plan.harness.spec_path, tasks=task_list, **options)
-            else:
-                env = gym.make(plan.harness.env_id, tasks=task_list, **options)
+            env = make_env(plan.harness.ref, task_list, **options)  # the one way every command builds one
         except Exception as exc:
             raise EpisodeFailure("env", exc) from exc
         try:
-            from harness_gym.agents.base import as_agent
-
-            if plan.role == "model":
-                agent = as_agent(agent_factory())
-            else:
-                from harness_gym.agents.factory import make_agent
-
-                agent = make_agent(plan.role)
+            agent = as_agent(agent_factory()) if plan.role == "model" else make_agent(plan.role)
         except Exception as exc:
             raise EpisodeFailure("agent", exc) from exc
         try:
@@ -294,53 +172,16 @@ def episode_record(base: Mapping[str, Any], result: Any, agent: Any, seconds: fl
     }
 
 
-class ResultsFile:
-    """An append-only JSON-lines file; thread-safe appends, each flushed and synced to disk."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.lock = threading.Lock()
-
-    def repair(self) -> None:
-        """Drop a half-written last line (the run was killed while writing it)."""
-        if not self.path.exists():
-            return
-        data = self.path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            self.path.write_bytes(data[: data.rfind(b"\n") + 1])
-
-    def done_keys(self) -> set[str]:
-        keys = set()
-        if self.path.exists():
-            for line in self.path.read_text(encoding="utf-8").splitlines():
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if record.get("error") is None:
-                    keys.add(record["episode_id"])
-        return keys
-
-    def append(self, record: Mapping[str, Any]) -> None:
-        line = json.dumps(record, ensure_ascii=False, default=str) + "\n"
-        with self.lock, open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(line)
-            handle.flush()
-            os.fsync(handle.fileno())
-
-
-class ManifestMismatch(ValueError):
+class ManifestMismatch(BenchError, ValueError):
     """``--resume`` of a folder whose recorded run differs from the one asked for."""
 
 
-class BenchAborted(RuntimeError):
+class BenchAborted(BenchError):
     """The run stopped early: most episodes errored (the message says how and why)."""
 
 
 def harness_gym_version() -> str:
     try:
-        from importlib.metadata import version
-
         return version("harness-gym")
     except Exception:  # not installed as a distribution (a source checkout on PYTHONPATH)
         return "unknown"
@@ -511,8 +352,6 @@ class BenchRunner:
             env_options=self.env_options,
             trajectory_dir=trajectories,
         )
-        from tqdm import tqdm
-
         finished = errors = passed = model_finished = 0
         error_messages: dict[str, int] = {}
         started = time.perf_counter()
@@ -585,7 +424,7 @@ class BenchRunner:
         self, work: Callable[[EpisodePlan], dict[str, Any]], todo: Sequence[EpisodePlan]
     ) -> Iterable[dict[str, Any]]:
         try:
-            import ray
+            import ray  # optional dependency (the ray extra), only for executor='ray'
         except ImportError as exc:
             raise RuntimeError('--ray needs Ray: pip install "harness-gym[ray]"') from exc
         if not ray.is_initialized():

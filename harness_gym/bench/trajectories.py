@@ -1,80 +1,12 @@
-"""The trajectory format: one JSON object per line.
-
-    {"type": "episode", "format": "harness-gym-trajectory/1", "episode_id", "harness", "config",
-     "task_id", "run", "seed", "reward", "spec_hash", "agent", ...}
-    {"type": "message", "index": 0, "role": "system", "source": "system", "content": "..."}
-    ... one line per message: role, content, source (system | task | policy | tool | hook |
-        workflow | summary | skill), and tool_calls / tool_call_id / name where present
-    {"type": "step", "step": 1, "parsed_calls": [...], "parse_errors": [...], "tool_errors": [...],
-     "exit_codes": [...], "hooks_fired": [...], "context_reset": false}
-
-Messages are the full transcript (never compressed); ``step`` lines mark where context
-management rewrote the prompt (``context_reset``). A trainer masks every message whose source is
-not ``policy``.
-"""
+"""Viewing a trajectory (the format is :mod:`harness_gym.records`): coloured text for a terminal and
+a standalone HTML page."""
 
 from __future__ import annotations
 
 import html
 import json
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
-
-FORMAT = "harness-gym-trajectory/1"
-STEP_KEYS = (
-    "parsed_calls",
-    "parse_errors",
-    "tool_errors",
-    "exit_codes",
-    "workflow_feedback",
-    "hooks_fired",
-    "context_reset",
-    "truncation_reason",
-    "terminated_reason",
-)
-
-
-def write_trajectory(
-    path: Path, header: Mapping[str, Any], transcript: Sequence[Mapping[str, Any]], infos: Sequence[Mapping[str, Any]]
-) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(json.dumps({"type": "episode", "format": FORMAT, **header}, ensure_ascii=False) + "\n")
-        for index, message in enumerate(transcript):
-            handle.write(json.dumps({"type": "message", "index": index, **message}, ensure_ascii=False) + "\n")
-        for info in infos[1:]:
-            step = {"type": "step", "step": info.get("step")}
-            step.update({k: info[k] for k in STEP_KEYS if k in info})
-            handle.write(json.dumps(step, ensure_ascii=False, default=str) + "\n")
-
-
-def read_trajectory(path: str | Path) -> dict[str, Any]:
-    """``{"episode": {...}, "messages": [...], "steps": [...]}`` from a trajectory file."""
-    episode: dict[str, Any] = {}
-    messages: list[dict[str, Any]] = []
-    steps: list[dict[str, Any]] = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{number}: not JSON ({exc.msg})") from exc
-        kind = item.pop("type", None)
-        if kind == "episode":
-            episode = item
-        elif kind == "message":
-            item.pop("index", None)
-            messages.append(item)
-        elif kind == "step":
-            steps.append(item)
-        else:
-            raise ValueError(f"{path}:{number}: unknown line type {kind!r}")
-    if episode.get("format") != FORMAT:
-        raise ValueError(f"{path}: not a {FORMAT} file")
-    return {"episode": episode, "messages": messages, "steps": steps}
-
 
 _COLOURS = {
     "system": "90",

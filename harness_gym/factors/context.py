@@ -15,12 +15,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness_gym.factors.levels import level_fragment
 from harness_gym.summarizers import DeterministicSummarizer, Summarizer
 
 
 def fragment(level: int) -> dict[str, Any]:
-    from harness_gym.factors import level_fragment
-
     return level_fragment("C", level)
 
 

@@ -13,14 +13,14 @@ from typing import Any
 
 import numpy as np
 
+from harness_gym.factors.levels import level_fragment
+
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 _CLUSTERS = ("prod-eu-west-2", "prod-us-east-1", "batch-ap-south-1", "ci-eu-central-1")
 _NAMESPACES = ("agent-sandbox", "eval-runners", "rl-rollouts", "dev-workspaces")
 
 
 def fragment(level: int) -> dict[str, Any]:
-    from harness_gym.factors import level_fragment
-
     return level_fragment("O", level)
 
 

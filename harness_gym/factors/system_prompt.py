@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from harness_gym.factors.levels import level_fragment
+
 
 def fragment(level: int) -> dict[str, Any]:
-    from harness_gym.factors import level_fragment
-
     return level_fragment("S", level)
 
 

@@ -23,6 +23,8 @@ from typing import Any
 
 from harness_gym.chat import chat_messages, plain_text, render
 from harness_gym.integrations.base import check_harness, make_env
+from harness_gym.presets import PRESETS
+from harness_gym.space import all_configs
 from harness_gym.tasks import Task
 
 try:
@@ -117,9 +119,6 @@ class HarnessGemEnv(gem.Env):
 def register_gem_envs(namespace: str = NAMESPACE) -> list[str]:
     """Register every configuration of the space and every preset as ``{namespace}/{env id}`` in
     GEM's registry (idempotent). Returns the ids."""
-    from harness_gym.presets import PRESETS
-    from harness_gym.space import all_configs
-
     registry = gem.envs.registration.ENV_REGISTRY
     ids = []
     for harness, env_id in [(c.code, c.env_id) for c in all_configs()] + [(p, p) for p in PRESETS]:

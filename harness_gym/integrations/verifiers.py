@@ -20,6 +20,7 @@ from pydantic import Field
 
 from harness_gym.chat import chat_messages
 from harness_gym.env import HarnessEnv
+from harness_gym.export import rollout_seed
 from harness_gym.integrations.base import check_harness, make_env
 
 try:
@@ -53,8 +54,6 @@ class HarnessTask(vf.Task[HarnessData, vf.State, vf.TaskConfig]):
 
 class HarnessTaskset(vf.Taskset[HarnessTask, HarnessTasksetConfig]):
     def load(self) -> Iterator[HarnessTask]:
-        from harness_gym.export import rollout_seed
-
         config = self.config
         env = make_env(config.harness, config.suite, resample_names=config.resample_names)
         try:

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
+import importlib.metadata
 import os
 import posixpath
+import re
 import shutil
-import stat
-import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
+
+from harness_gym.errors import SandboxError
+from harness_gym.sandboxes.isolation import remove_tree, shared_temp_dir
+from harness_gym.sandboxes.options import SandboxOptions
 
 # Paths inside every sandbox. The harness's own files live under HARNESS_DIR, read-only.
 HARNESS_DIR = "/.harness"
@@ -35,10 +38,6 @@ SYSTEM_TREES: tuple[str, ...] = (
 # Nor exactly at these: HOME (user-site and dotfiles of every Python grader would be the agent's),
 # the parent of users' homes, the shared temporary folders and the roots of optional software.
 SYSTEM_FOLDERS: tuple[str, ...] = ("/", SANDBOX_HOME, "/home", "/tmp", "/var", "/var/tmp", "/opt", "/srv")
-
-
-class SandboxError(RuntimeError):
-    """The sandbox cannot be started or used (missing backend, bad mount path, ...)."""
 
 
 def check_mount_path(mount_path: str) -> str:
@@ -153,8 +152,6 @@ def create_sandbox(backend: str | SandboxFactory, image: str | None = None, **op
     """A new sandbox of a backend (by name, or a factory you pass). ``options`` are validated as
     :class:`~harness_gym.sandboxes.options.SandboxOptions`: unknown keys, bad values and options the
     backend would ignore are refused."""
-    from harness_gym.sandboxes.options import SandboxOptions
-
     typed = SandboxOptions.from_mapping(options)
     if callable(backend):
         return backend()
@@ -196,9 +193,7 @@ def published_copy(
     digest = hashlib.sha256(f"{mode:o}".encode())
     for path in files:
         digest.update(rename.get(path.name, path.name).encode() + b"\0" + path.read_bytes())
-    from harness_gym.sandboxes.isolation import shared_temp_dir  # a folder a sandbox uid can reach
-
-    parent = shared_temp_dir()
+    parent = shared_temp_dir()  # a folder a sandbox uid can reach
     target = parent / f"harness-gym-{kind}-{digest.hexdigest()[:16]}"
     if not target.is_dir():
         staging = Path(tempfile.mkdtemp(prefix=f"harness-gym-{kind}-staging-", dir=parent))
@@ -277,25 +272,6 @@ def grader_environment(task_env: Mapping[str, str] | None = None) -> dict[str, s
     return env
 
 
-def remove_tree(path: Path) -> None:
-    """Delete a workspace even where the agent removed write or search permissions."""
-
-    def make_writable_and_retry(function: Any, target: str, _exc: Any) -> None:
-        parent = os.path.dirname(target)
-        for item in (parent, target):
-            with contextlib.suppress(OSError):
-                os.chmod(item, os.stat(item).st_mode | stat.S_IRWXU)
-        function(target)
-
-    try:
-        if sys.version_info >= (3, 12):
-            shutil.rmtree(path, onexc=make_writable_and_retry)
-        else:
-            shutil.rmtree(path, onerror=make_writable_and_retry)
-    except OSError:
-        shutil.rmtree(path, ignore_errors=True)
-
-
 def copy_grader_files(grader_files: Sequence[Path], destination: Path) -> Path:
     """Gather grader files into one folder: a folder contributes its contents, a file itself."""
     destination.mkdir(parents=True, exist_ok=True)
@@ -321,8 +297,6 @@ def project_paths() -> tuple[Path, ...]:
     and finder, the console script), an editable checkout as a whole, and the cache. Real paths,
     so a sandbox that shows a folder under another name still finds them.
     """
-    import importlib.metadata
-
     package = Path(__file__).resolve().parent.parent
     found: set[Path] = {cache_root()}
     sources = [package]
@@ -372,8 +346,6 @@ def shadowed_paths(shown: Mapping[str, str]) -> list[tuple[str, bool]]:
 
 def _paths_named_in(pointer: Path) -> list[Path]:
     """Folders an editable install's ``.pth`` or finder module points at (its package sources)."""
-    import re
-
     try:
         text = pointer.read_text(encoding="utf-8", errors="replace")
     except OSError:
@@ -389,8 +361,6 @@ def _paths_named_in(pointer: Path) -> list[Path]:
 
 
 def _all_distributions(name: str) -> list[Any]:
-    import importlib.metadata
-
     try:
         return [importlib.metadata.distribution(name)]
     except importlib.metadata.PackageNotFoundError:

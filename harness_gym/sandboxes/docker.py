@@ -36,12 +36,12 @@ from harness_gym.sandboxes.base import (
     register_backend,
     tool_scripts_dir,
 )
+from harness_gym.sandboxes.docker_support import KEEPALIVE, docker_client
 from harness_gym.sandboxes.options import DEFAULTS
 from harness_gym.sandboxes.shell import CappedOutput, ShellSandbox
 
 LABEL = "harness-gym"
 OWNER_LABEL = "harness-gym.owner"  # "<hostname>:<pid>"
-KEEPALIVE = ["sleep", "2147483647"]
 # Docker's default capabilities minus those a repository's tests do not need (CAP_SYS_PTRACE is
 # never among them; the seccomp profile refuses the ptrace family besides).
 CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID"]
@@ -49,22 +49,6 @@ CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "
 
 def _owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def _docker_client(docker_host: str | None) -> Any:
-    try:
-        import docker
-    except ImportError as exc:
-        raise SandboxError("the Docker sandbox needs the docker SDK: pip install 'harness-gym[docker]'") from exc
-    try:
-        client = docker.DockerClient(base_url=docker_host) if docker_host else docker.from_env()
-        client.ping()
-    except Exception as exc:  # the SDK raises several unrelated types for an absent daemon
-        where = docker_host or os.environ.get("DOCKER_HOST", "the default socket")
-        raise SandboxError(
-            f"cannot reach a Docker engine at {where}: {exc}. Start dockerd or set DOCKER_HOST."
-        ) from exc
-    return client
 
 
 def remove_orphaned_containers(client: Any) -> int:
@@ -132,7 +116,7 @@ class DockerSandbox(ShellSandbox):
         self.python = python
         self.docker_host = docker_host or os.environ.get("DOCKER_HOST")
         self.workspace_root = workspace_root
-        self.client = _docker_client(self.docker_host)
+        self.client = docker_client(self.docker_host)
         remove_orphaned_containers(self.client)
         self.container: Any = None
         self.workspace: Path | None = None
@@ -306,21 +290,3 @@ def _finalize(state: dict[str, Any]) -> None:
 
 
 register_backend("docker", DockerSandbox)
-
-
-def extract_image_path(image: str, path: str, destination: Path, docker_host: str | None = None) -> None:
-    """Copy a folder of an image (e.g. a repository at /testbed) into ``destination``."""
-    import io
-    import tarfile
-
-    client = _docker_client(docker_host or os.environ.get("DOCKER_HOST"))
-    container = client.containers.create(image, KEEPALIVE)
-    try:
-        stream, _ = container.get_archive(path.rstrip("/") + "/.")
-        data = io.BytesIO(b"".join(stream))
-        destination.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=data) as archive:
-            members = [m for m in archive.getmembers() if m.name not in (".", "./")]
-            archive.extractall(destination, members=members, filter="tar")
-    finally:
-        container.remove(force=True)

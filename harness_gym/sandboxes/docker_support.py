@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.metadata
+import io
 import os
 import shutil
 import signal
@@ -21,9 +22,11 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from harness_gym.sandboxes.base import SandboxError
 
+KEEPALIVE = ["sleep", "2147483647"]  # a container's init: it only waits
 BUSYBOX = "/bin/busybox"
 PYTHON = "/usr/bin/python3"
 
@@ -142,8 +145,6 @@ def build_local_image(
             passwd = b"root:x:0:0:root:/root:/bin/sh\n"
             info = tarfile.TarInfo("etc/passwd")
             info.size = len(passwd)
-            import io
-
             tar.addfile(info, io.BytesIO(passwd))
             if with_python:
                 real = os.path.realpath(PYTHON)
@@ -205,3 +206,35 @@ def local_docker(tag: str = "harness-gym-local:latest"):  # type: ignore[no-unty
     finally:
         if engine is not None:
             engine.stop()
+
+
+def docker_client(docker_host: str | None) -> Any:
+    """A client of the Docker engine at ``docker_host`` (default: ``DOCKER_HOST``), checked to answer."""
+    try:
+        import docker  # optional dependency (the docker extra): imported only when Docker is used
+    except ImportError as exc:
+        raise SandboxError("the Docker sandbox needs the docker SDK: pip install 'harness-gym[docker]'") from exc
+    try:
+        client = docker.DockerClient(base_url=docker_host) if docker_host else docker.from_env()
+        client.ping()
+    except Exception as exc:  # the SDK raises several unrelated types for an absent daemon
+        where = docker_host or os.environ.get("DOCKER_HOST", "the default socket")
+        raise SandboxError(
+            f"cannot reach a Docker engine at {where}: {exc}. Start dockerd or set DOCKER_HOST."
+        ) from exc
+    return client
+
+
+def extract_image_path(image: str, path: str, destination: Path, docker_host: str | None = None) -> None:
+    """Copy a folder of an image (e.g. a repository at /testbed) into ``destination``."""
+    client = docker_client(docker_host or os.environ.get("DOCKER_HOST"))
+    container = client.containers.create(image, KEEPALIVE)
+    try:
+        stream, _ = container.get_archive(path.rstrip("/") + "/.")
+        data = io.BytesIO(b"".join(stream))
+        destination.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(fileobj=data) as archive:
+            members = [m for m in archive.getmembers() if m.name not in (".", "./")]
+            archive.extractall(destination, members=members, filter="tar")
+    finally:
+        container.remove(force=True)

@@ -16,20 +16,26 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import errno
 import fcntl
 import functools
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from harness_gym.sandboxes import layers
 
 UID_BASE = 231_072  # above typical system and subordinate-id ranges
 UID_COUNT = 4096
@@ -318,9 +324,6 @@ def reclaim(items: Mapping[str, list[str]]) -> list[str]:
 def die_with_parent() -> None:
     """Ask the kernel to SIGKILL this process when its parent dies (``PR_SET_PDEATHSIG``): an
     initializer for process-pool workers, so that a ``kill -9`` of the parent leaves no worker."""
-    import ctypes
-    import signal
-
     parent = os.getppid()
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
@@ -716,16 +719,12 @@ def grader_folder() -> Iterator[str]:
 
 def release_workspace(path: Path) -> None:
     """Unmount (if it is a mount) and delete a workspace or control folder."""
-    from harness_gym.sandboxes import layers
-
     if layers.is_layered(path):  # a copy-on-write workspace: its whole episode folder goes
         layers.release(path)
     else:
         if os.path.ismount(path):
             subprocess.run(["umount", "-l", str(path)], capture_output=True)
         if path.exists():
-            from harness_gym.sandboxes.base import remove_tree
-
             remove_tree(path)
     if _registry is not None and _registry.pid == os.getpid():
         _registry.discard("dir", path)
@@ -783,3 +782,22 @@ def capabilities() -> Capabilities:
         remove_cgroup(group)
     held = probe.report.enforced
     return Capabilities(is_root(), "memory" in held, "processes" in held, mountable, cgroup_version(), "cpu" in held)
+
+
+def remove_tree(path: Path) -> None:
+    """Delete a workspace even where the agent removed write or search permissions."""
+
+    def make_writable_and_retry(function: Any, target: str, _exc: Any) -> None:
+        parent = os.path.dirname(target)
+        for item in (parent, target):
+            with contextlib.suppress(OSError):
+                os.chmod(item, os.stat(item).st_mode | stat.S_IRWXU)
+        function(target)
+
+    try:
+        if sys.version_info >= (3, 12):
+            shutil.rmtree(path, onexc=make_writable_and_retry)
+        else:
+            shutil.rmtree(path, onerror=make_writable_and_retry)
+    except OSError:
+        shutil.rmtree(path, ignore_errors=True)

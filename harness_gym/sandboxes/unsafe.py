@@ -23,9 +23,9 @@ from harness_gym.sandboxes.base import (
     SandboxError,
     copy_grader_files,
     register_backend,
-    remove_tree,
     tool_scripts_dir,
 )
+from harness_gym.sandboxes.isolation import remove_tree
 from harness_gym.sandboxes.options import DEFAULTS
 from harness_gym.sandboxes.shell import ShellSandbox, run_oneshot
 

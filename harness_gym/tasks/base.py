@@ -23,16 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness_gym.errors import TaskError
 from harness_gym.paths import cache_dir
 from harness_gym.sandboxes.base import GRADER_DIR, Sandbox, SandboxError, check_mount_path
+from harness_gym.sandboxes.docker_support import extract_image_path
+from harness_gym.tasks.graders.runner_config import copy_originals
+from harness_gym.tasks.judge import apply_judge
+from harness_gym.tool_calls import parse_action
 
 DEFAULT_GRADE_COMMAND = "python3 {grader}/grade.py"
 PAYLOAD_FILE = "payload.json"
 VERDICT_KEY_FILE = ".verdict-key"  # per-grading HMAC key of a signing grader (see parse_grader_output)
-
-
-class TaskError(ValueError):
-    """A task or suite is malformed; the message names the task and the problem."""
 
 
 @dataclass(frozen=True)
@@ -129,8 +130,6 @@ class Task:
             graded = parse_grader_output(self.id, result.output, result.exit_code, key)
         graded.log = result.output + (f"\n--- grader stderr ---\n{stderr}" if stderr else "")
         if self.judge is not None:
-            from harness_gym.tasks.judge import apply_judge
-
             graded = apply_judge(self, graded, transcript or [])
         return graded
 
@@ -156,8 +155,6 @@ def _pristine(folder: Path, original: Path, paths: Sequence[str], runner_config:
     test runner's configuration files under ``folder/config/`` (what the grader restores)."""
     root = folder / "restore"
     if runner_config:
-        from harness_gym.tasks.graders.runner_config import copy_originals
-
         copy_originals(str(original), str(root / "config"))
     for relative in paths:
         source = original / relative
@@ -171,10 +168,6 @@ def _pristine(folder: Path, original: Path, paths: Sequence[str], runner_config:
 
 def image_folder(image: str, path: str) -> Path:
     """A folder of a container image, extracted once into the cache and reused."""
-    import hashlib
-
-    from harness_gym.sandboxes.docker import extract_image_path
-
     root = cache_dir() / "images"
     root.mkdir(parents=True, exist_ok=True)
     name = hashlib.sha256(f"{image}:{path}".encode()).hexdigest()[:20]
@@ -190,8 +183,6 @@ def image_folder(image: str, path: str) -> Path:
 
 def final_message(transcript: Sequence[Mapping[str, Any]]) -> str:
     """The text of the agent's last message, tool-call markup removed."""
-    from harness_gym.tool_calls import parse_action
-
     for message in reversed(transcript):
         if message.get("role") == "assistant":
             return parse_action(message.get("content") or "").text
@@ -206,8 +197,6 @@ def openclaw_transcript(transcript: Sequence[Mapping[str, Any]]) -> list[dict[st
     called them, with the harness's own name beside them (``harnessName`` / ``harnessToolName``),
     and every result carries the id of its call: the same behaviour grades the same under T0-T2.
     """
-    from harness_gym.tool_calls import parse_action
-
     events: list[dict[str, Any]] = []
     for message in transcript:
         role, text = message.get("role"), message.get("content") or ""

@@ -18,6 +18,7 @@ from harness_gym.tool_formats.base import (
     dumps,
     dumps_safe,
     snippet,
+    tool_function,
 )
 
 _SEPARATORS = " \t\r\n;,"
@@ -204,8 +205,6 @@ class Llama3Json(TaggedJson):
         return Extraction(drafts, cut(text, spans))
 
     def render_tools(self, tools: Sequence[Mapping[str, Any]]) -> str:
-        from harness_gym.tool_formats.base import tool_function
-
         signatures = "\n\n".join(dumps({"type": "function", "function": tool_function(t)}) for t in tools)
         return f"{self.tools_intro}\n\n{signatures}"
 

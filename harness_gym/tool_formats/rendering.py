@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness_gym.tool_formats.layouts import TOOLS_BLOCKS
+from harness_gym.tool_formats.models import format_for_model
 from harness_gym.tool_formats.registry import get_format
 
 
@@ -114,8 +115,6 @@ def render_prompt(
 ) -> str:
     """The prompt text: the family's own template when it takes tools, else the documented layout
     of ``fmt`` (``auto``: the tokenizer's family, see :func:`format_for_model`) through the template."""
-    from harness_gym.tool_formats.models import format_for_model
-
     if template_takes_tools(tokenizer):
         return tokenizer.apply_chat_template(
             template_messages(messages),

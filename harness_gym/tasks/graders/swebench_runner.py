@@ -37,7 +37,7 @@ def apply_patch(path):
 def main():
     folder = sys.argv[1]
     sys.path.insert(0, folder)
-    import runner_config  # next to this script, which runs with -I
+    import runner_config  # next to this script, which runs with -I inside the sandbox: importable only now
 
     reverted = runner_config.revert(os.path.join(folder, "config"), os.getcwd())
     with open(os.path.join(folder, "spec.json"), encoding="utf-8") as handle:
