@@ -31,6 +31,7 @@ from harness_gym.factors.tool_interface import ToolInterface, resample_names
 from harness_gym.factors.workflow import Workflow
 from harness_gym.harness import Harness
 from harness_gym.hooks import CallRecord, EpisodeState, HookRunner
+from harness_gym.sandboxes import spare
 from harness_gym.sandboxes.base import Sandbox, SandboxError, SandboxFactory, choose_backend, create_sandbox
 from harness_gym.sandboxes.options import SandboxOptions
 from harness_gym.space import BASE_CONFIG, HarnessConfig
@@ -135,7 +136,8 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         self._worlds: dict[str, World] = {}
         for task in self.tasks:  # fail at construction, not mid-run, when a task cannot be placed
             self._worlds[task.id] = self._world_for(task, choose_backend(sandbox, task.image), world)
-        self._sandboxes: dict[tuple[str, str | None], Sandbox] = {}
+        self._sandboxes: dict[tuple[str, str | None, str | None], Sandbox] = {}
+        self._spare: spare.WarmSpare[Sandbox] = spare.WarmSpare()  # the next episode's sandbox, warm
         self.summarizer = summarizer
         self.resample_names = resample_names
         self.include_skills = include_skills
@@ -171,7 +173,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         super().reset(seed=seed)
         options = options or {}
-        self._end_episode()
+        self._end_episode(background=True)
         self.task = self._choose_task(options.get("task_id"))
         episode_rng = np.random.default_rng(int(self.np_random.integers(2**63)))
         if self.resample_names and self.harness_spec.get("tool_naming"):
@@ -188,17 +190,8 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         self.formatter = ObservationFormatter(self.harness_spec, episode_rng)
         self.workflow = Workflow(self.harness_spec)
 
-        self.sandbox = self._sandbox_for(self.task)
-        layered = getattr(self.sandbox, "new_layered_workspace", None)  # copy-on-write where the backend can
-        self.workspace = layered(self.task.workspace_sources(), self.task.materialize) if layered else None
-        if self.workspace is None:
-            self.workspace = self.sandbox.new_workspace()
-            self.task.materialize(self.workspace)
-        self.sandbox.start(self.workspace, self.task.mount_path, self.task.hidden_paths)
+        self.sandbox, self.workspace = self._episode_sandbox(self.task)
         self.context = ContextManager(self.harness_spec, self.summarizer, self.sandbox.write_file, self.task.mount_path)
-
-        if any(_is_library(t.implementation) for t in self.tool_interface.tools.values()):
-            self.sandbox.run_tool("library.py", {"op": "snapshot", "args": {}, "root": self.task.mount_path})
         self.hooks = HookRunner(self.harness_spec.get("hooks", []))
         self.hook_state = EpisodeState(
             max_steps=self.budget.max_steps, context_limit_chars=self.budget.context_limit_chars
@@ -441,6 +434,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
 
     def close(self) -> None:
         self._end_episode()
+        self._spare.close()
         for sandbox in self._sandboxes.values():
             sandbox.close()
         self._sandboxes.clear()
@@ -448,8 +442,59 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
 
     # ------------------------------------------------------------------ internals
 
+    def _episode_sandbox(self, task: Task) -> tuple[Sandbox, Path]:
+        """This episode's sandbox, started on a fresh workspace: the warm spare when it was made for
+        this task (see :mod:`.sandboxes.spare`), else the environment's own. Then the next spare."""
+        key = self._sandbox_key(task)
+        sandbox = self._spare.take((key, id(task)))
+        if sandbox is not None:
+            self._sandboxes[key] = sandbox
+        else:
+            sandbox = self._sandbox_for(task)
+            self._start_episode_sandbox(sandbox, task)
+        if self._spares_for(task):
+            self._spare.prepare((key, id(task)), lambda: self._start_episode_sandbox(self._new_sandbox(task), task))
+        workspace = getattr(sandbox, "workspace", None)
+        assert isinstance(workspace, Path)
+        return sandbox, workspace
+
+    def _spares_for(self, task: Task | None) -> bool:
+        """Whether this task's sandboxes are made and closed in the background (bubblewrap's)."""
+        return task is not None and spare.enabled() and self._sandbox_key(task)[0] == "bubblewrap"
+
+    def _start_episode_sandbox(self, sandbox: Sandbox, task: Task) -> Sandbox:
+        """Give ``sandbox`` a fresh workspace of ``task`` (copy-on-write where the backend can) and start it."""
+        layered = getattr(sandbox, "new_layered_workspace", None)
+        workspace = layered(task.workspace_sources(), task.materialize) if layered else None
+        if workspace is None:
+            workspace = sandbox.new_workspace()
+            task.materialize(workspace)
+        try:
+            sandbox.start(workspace, task.mount_path, task.hidden_paths)
+            if any(_is_library(t.implementation) for t in self._static_interface.tools.values()):
+                sandbox.run_tool("library.py", {"op": "snapshot", "args": {}, "root": task.mount_path})
+        except BaseException:
+            sandbox.close()
+            raise
+        return sandbox
+
     def _sandbox_for(self, task: Task) -> Sandbox:
         """The sandbox for this task's backend, image and world, created on first use and then reused."""
+        key = self._sandbox_key(task)
+        if key not in self._sandboxes:
+            self._sandboxes[key] = self._new_sandbox(task)
+        return self._sandboxes[key]
+
+    def _sandbox_key(self, task: Task) -> tuple[str, str | None, str | None]:
+        return self._sandbox_plan(task)[0]
+
+    def _new_sandbox(self, task: Task) -> Sandbox:
+        key, backend, system_root = self._sandbox_plan(task)
+        options = dataclasses.replace(self._sandbox_options, image=None, system_root=system_root)
+        return create_sandbox(backend, key[1], **options.explicit())
+
+    def _sandbox_plan(self, task: Task) -> tuple[tuple[str, str | None, str | None], str | SandboxFactory, str | None]:
+        """The sandbox key (backend, image, world) of a task, its backend and its system root."""
         backend = choose_backend(self._sandbox_request, task.image)
         world = self._worlds[task.id]
         image = task.image or self._sandbox_options.image  # the task's own image wins
@@ -461,10 +506,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             system_root = str(root) if root is not None else None
         name = backend if isinstance(backend, str) else "custom"
         key = (name, image if backend == "docker" else None, world.digest if backend == "bubblewrap" else None)
-        if key not in self._sandboxes:
-            options = dataclasses.replace(self._sandbox_options, image=None, system_root=system_root)
-            self._sandboxes[key] = create_sandbox(backend, key[1], **options.explicit())
-        return self._sandboxes[key]
+        return key, backend, system_root
 
     @staticmethod
     def _world_for(task: Task, backend: str | SandboxFactory, requested: str | None) -> World:
@@ -626,9 +668,15 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             self._chars_cache = (self.messages, chars)
         return chars
 
-    def _end_episode(self) -> None:
+    def _end_episode(self, background: bool = False) -> None:
+        """Close the episode's sandbox (which removes its workspace); ``background``: where spares are
+        on, hand it to a background close and let the next episode have a new one."""
         if self.sandbox is not None:
-            self.sandbox.close()  # also removes the workspace
+            if background and self._spares_for(self.task):
+                self._sandboxes = {k: v for k, v in self._sandboxes.items() if v is not self.sandbox}
+                self._spare.retire(self.sandbox)
+            else:
+                self.sandbox.close()
         self.workspace = None
         self.done = True
 
