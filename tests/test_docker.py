@@ -163,3 +163,27 @@ def test_a_task_that_names_an_image_runs_in_docker_by_default(docker_engine, mon
     env.close()
     with pytest.raises(SandboxError, match="only the 'docker' backend"):
         HarnessEnv(tasks=[task], sandbox="bubblewrap")
+
+
+def test_tools_run_in_one_persistent_sealed_server(box):
+    view = {"command": "view", "path": "hello.txt", "root": "/testbed"}
+    find = "for p in /proc/[0-9]*; do grep -q server.py $p/cmdline 2>/dev/null && echo ${p#/proc/}; done"
+    first = box.run_tool("file_editor.py", view)
+    assert first.exit_code == 0 and "hi" in first.output
+    servers = box.run(find).output.split()
+    assert len(servers) == 1
+    assert box.run_tool("file_editor.py", view).exit_code == 0
+    assert box.run(find).output.split() == servers  # the same process answered both calls
+    # non-dumpable: the agent (root in the container, without CAP_SYS_PTRACE) cannot reach its pipes
+    pid = servers[0]
+    probe = box.run(
+        f"echo forged > /proc/{pid}/fd/1 && echo wrote-fd; head -c 1 /proc/{pid}/mem > /dev/null && echo read-mem; "
+        "echo probed"
+    )
+    assert "probed" in probe.output and "wrote-fd" not in probe.output and "read-mem" not in probe.output
+    assert box.run_tool("file_editor.py", view).exit_code == 0
+    box.run(f"kill -9 {pid}")
+    dead = box.run_tool("file_editor.py", view)
+    assert dead.exit_code is None and "tool server" in dead.note
+    again = box.run_tool("file_editor.py", view)
+    assert again.exit_code == 0 and "hi" in again.output

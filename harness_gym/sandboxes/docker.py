@@ -208,9 +208,7 @@ class DockerSandbox(ShellSandbox):
         return self.shell
 
     def _spawn_shell(self, shell_argv: list[str], pass_fds: Sequence[int]) -> subprocess.Popen[bytes]:
-        env = dict(os.environ)
-        if self.docker_host:
-            env["DOCKER_HOST"] = self.docker_host
+        env = self._exec_environment()
         argv = ["docker", "exec", "-i", "-w", self._mount_path, self.container.id, self.shell]
         return subprocess.Popen(
             argv,
@@ -221,6 +219,30 @@ class DockerSandbox(ShellSandbox):
             env=env,
             bufsize=0,
         )
+
+    def _server_python(self) -> str | None:
+        return self.python
+
+    def _spawn_server(self, server_python: str) -> subprocess.Popen[bytes]:
+        """The persistent tool server as a second ``docker exec`` (it makes itself non-dumpable, so the
+        agent's processes, without CAP_SYS_PTRACE, cannot reach its pipes through /proc)."""
+        argv = ["docker", "exec", "-i", "-w", self._mount_path, self.container.id]
+        argv += [server_python, "-I", "-S", f"{self.tools_dir}/server.py"]
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env=self._exec_environment(),
+            bufsize=0,
+        )
+
+    def _exec_environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.docker_host:
+            env["DOCKER_HOST"] = self.docker_host
+        return env
 
     def _kill_all(self) -> None:
         """Kill the exec'd shell and every process in the container except its keep-alive init."""

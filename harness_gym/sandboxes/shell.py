@@ -75,15 +75,19 @@ class _Channels:
     replies: int | None = None  # the tool server's reply pipe (host reads)
     child_fds: list[int] = field(default_factory=list)
     server_started: bool = False
+    server: subprocess.Popen[bytes] | None = None  # a tool server started as a process of its own
 
     def close(self) -> None:
         for fd in (self.commands, self.requests, self.replies, *self.child_fds):
-            if fd is not None:
+            if fd is not None and fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self.child_fds = []
         if self.status is not None:
             self.status.close()
+        if self.server is not None:
+            kill_process_group(self.server)
+            self.server = None
 
 
 class CappedOutput:
@@ -192,6 +196,11 @@ class ShellSandbox(ABC):
     def _server_python(self) -> str | None:
         """The Python that runs the persistent tool server inside the sandbox, or None for none
         (then each tool call runs its script through the shell)."""
+        return None
+
+    def _spawn_server(self, server_python: str) -> subprocess.Popen[bytes] | None:
+        """Start the tool server as a process of its own, stdin and stdout pipes (a launcher that
+        passes only the standard descriptors: Docker's exec); None: the shell's launcher starts it."""
         return None
 
     def _channel_owner(self) -> int | None:
@@ -545,6 +554,13 @@ class ShellSandbox(ABC):
         if self._proc is None or self._channels is None:
             raise SandboxError("sandbox is not started; call start() first (the environment does this at reset)")
         channels = self._channels
+        if channels.requests is None:  # no pipes to a shell-started server: one of its own
+            server_python = self._server_python()
+            server = self._spawn_server(server_python) if server_python is not None else None
+            if server is None or server.stdin is None or server.stdout is None:
+                raise SandboxError(f"{type(self).__name__} cannot start its tool server")
+            channels.server, channels.server_started = server, True
+            channels.requests, channels.replies = os.dup(server.stdin.fileno()), os.dup(server.stdout.fileno())
         assert channels.requests is not None and channels.replies is not None
         timeout = self._bounded_timeout(timeout_s)
         started = time.perf_counter()

@@ -23,6 +23,18 @@ import file_editor
 import library
 
 FRAME = struct.Struct(">I")
+
+
+def seal():
+    """Make this process non-dumpable: a process without CAP_SYS_PTRACE (the agent's, even as the
+    same user, even as root in a container) then cannot open its pipes or memory through /proc.
+    Bubblewrap's execute-only interpreter already does this; Docker's exec (as root) needs it."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    except (OSError, AttributeError):
+        pass
 SCRIPTS = {"library.py": library.handle, "file_editor.py": file_editor.handle}
 # children run the system interpreter, not the sealed copy this server may run from
 sys.executable = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
@@ -126,6 +138,7 @@ def serve(request):
 
 
 def main():
+    seal()
     requests, replies = os.dup(0), os.dup(1)  # non-inheritable copies; 0-2 become /dev/null
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
