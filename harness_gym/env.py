@@ -138,6 +138,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             self._worlds[task.id] = self._world_for(task, choose_backend(sandbox, task.image), world)
         self._sandboxes: dict[tuple[str, str | None, str | None], Sandbox] = {}
         self._spare: spare.WarmSpare[Sandbox] = spare.WarmSpare()  # the next episode's sandbox, warm
+        self._last_task: Task | None = None  # a spare is made for a task reset to twice in a row
         self.summarizer = summarizer
         self.resample_names = resample_names
         self.include_skills = include_skills
@@ -452,7 +453,8 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         else:
             sandbox = self._sandbox_for(task)
             self._start_episode_sandbox(sandbox, task)
-        if self._spares_for(task):
+        repeated, self._last_task = self._last_task is task, task
+        if repeated and self._spares_for(task):
             self._spare.prepare((key, id(task)), lambda: self._start_episode_sandbox(self._new_sandbox(task), task))
         workspace = getattr(sandbox, "workspace", None)
         assert isinstance(workspace, Path)

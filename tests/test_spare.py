@@ -42,6 +42,8 @@ def test_reset_takes_the_warm_spare_for_the_same_task_with_a_fresh_workspace(tmp
     env = HarnessEnv("S0T1O0C0W0", tasks=[task], max_steps=50)  # T1: the spare's tool server is primed
     try:
         env.reset(seed=0)
+        assert env._spare._pending is None  # one reset: no spare yet (an environment may cycle tasks)
+        env.reset(seed=0)  # the same task again: from now on a spare is kept
         first = env.sandbox
         assert first.run("echo changed > a.txt; cat a.txt").output == "changed\n"
         ready = _wait_for_spare(env)
@@ -67,6 +69,7 @@ def test_a_spare_for_another_task_is_closed_and_not_used(tmp_path):
     one, two = _task(tmp_path, "one"), _task(tmp_path, "two")
     env = HarnessEnv("S0T0O0C0W0", tasks=[one, two], max_steps=50)
     try:
+        env.reset(seed=0, options={"task_id": "one"})
         env.reset(seed=0, options={"task_id": "one"})
         made_for_one = _wait_for_spare(env)
         env.reset(seed=1, options={"task_id": "two"})
@@ -97,6 +100,7 @@ def test_a_spare_that_failed_leaves_the_reset_to_start_its_own(tmp_path):
     task = _task(tmp_path, "fails")
     env = HarnessEnv("S0T0O0C0W0", tasks=[task], max_steps=50)
     try:
+        env.reset(seed=0)
         env.reset(seed=0)
         key = (env._sandbox_key(task), id(task))
 

@@ -94,7 +94,9 @@ class WarmSpare(Generic[S]):
         self._closing.append(thread)
 
     def discard(self) -> None:
-        """Close the spare, if any."""
+        """Close the spare, if any (one still waiting for the worker is not made at all)."""
+        if self._pending is not None and self._pending[1].cancel():
+            self._pending = None
         if self._pending is not None:
             key = self._pending[0]
             spare = self.take(key)
