@@ -3,9 +3,10 @@
 A backend starts one shell per episode. Nothing is written to disk per command: the host sends each
 command over a pipe, which the shell ``eval``s at top level (so ``cd`` and ``export`` persist) with
 stdin /dev/null and stderr joined to stdout. Bash reads a script from a pipe one byte per read(2), so
-(bubblewrap, unsafe-host) the script line is only the alias ``__hg``; a fixed header (length, nonce)
-and the command follow as ``read -N`` blocks, the command ASCII-escaped for ``printf %b`` so that its
-length means the same in every locale. Docker's ``sh`` gets the command as a shell-quoted literal.
+(bubblewrap, unsafe-host) a short ASCII command comes inline as a quoted literal and its nonce, then
+the alias ``__hi``; a longer one as the alias ``__hg`` followed by a fixed header (length, nonce) and
+the command as ``read -N`` blocks, ASCII-escaped for ``printf %b`` so that its length means the same
+in every locale. Docker's ``sh`` gets the command as a shell-quoted literal.
 
 End of a command: after the ``eval`` the shell writes ``<nonce> <status>`` on a status channel that is
 not the output stream. The nonce is fresh for every command and travels only inside the command pipe,
