@@ -1,4 +1,4 @@
-"""Evolving the harness with the policy (HarnessAdapt-RL, DESIGN.md section 2).
+"""Evolving the harness with the policy (HarnessAdapt-RL, the paper's method section).
 
 One round: a proposer reads the current policy's trajectories and the current spec and proposes a
 candidate spec; the candidate must pass validation (schema, then a sandbox smoke test: every new

@@ -19,7 +19,6 @@ import itertools
 import json
 import random
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -27,7 +26,9 @@ from pathlib import Path
 
 import yaml
 
-from harness_gym.sandboxes.base import copy_grader_files
+from harness_gym.sandboxes.base import copy_grader_files, staged_grader
+from harness_gym.sandboxes.options import DEFAULTS
+from harness_gym.sandboxes.shell import run_oneshot
 from harness_gym.tasks.base import Suite, Task, TaskError, parse_grader_output, register_loader
 from harness_gym.tasks.builtin import builtin_root, load_task_dir
 
@@ -164,19 +165,16 @@ def correct_project(task: Task, destination: Path) -> None:
 
 
 def run_hidden_tests(task: Task, project: Path, timeout_s: float = 5.0) -> float | None:
-    """The task's grader run directly on a project folder (our own tests and code, no agent);
-    None when the tests do not finish within ``timeout_s``."""
-    with tempfile.TemporaryDirectory(prefix="harness-gym-verify-") as grader:
-        copy_grader_files(task.grader_files, Path(grader))
-        command = task.grade_command.replace("{grader}", grader).split()
+    """The task's grader run directly on a project folder (our own tests and code, no agent, so no
+    sandbox), with the grader files staged as every backend stages them; None when the tests do not
+    finish within ``timeout_s``."""
+    with staged_grader(task.grader_files) as grader:
+        command = task.grade_command.replace("{grader}", str(grader)).split()
         command[0] = "/usr/bin/python3" if command[0] == "python3" else command[0]
-        try:
-            result = subprocess.run(
-                [command[0], "-I", *command[1:]], cwd=project, capture_output=True, text=True, timeout=timeout_s
-            )
-        except subprocess.TimeoutExpired:
-            return None  # the code hangs: no good task (graders would wait for their time limit)
-    return parse_grader_output(task.id, result.stdout, result.returncode).reward
+        result = run_oneshot([command[0], "-I", *command[1:]], timeout_s, DEFAULTS.output_limit_chars, cwd=project)
+    if result.timed_out:
+        return None  # the code hangs: no good task (graders would wait for their time limit)
+    return parse_grader_output(task.id, result.output, result.exit_code).reward
 
 
 def _unique_context(text: str, mutated_block: str) -> str:
