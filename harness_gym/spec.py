@@ -20,8 +20,6 @@ from typing import Any
 import jsonschema
 import yaml
 
-SPEC_VERSION = 1
-
 
 class SpecError(ValueError):
     """A harness spec is invalid; the message names the JSON path of the problem."""

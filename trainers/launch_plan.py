@@ -10,7 +10,7 @@ import json
 import secrets
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -138,7 +138,6 @@ class LaunchPlan:
     flags: dict[str, Any]
     runtime_env: dict[str, Any]
     address: str
-    extra_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def argv(self) -> list[str]:

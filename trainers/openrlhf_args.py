@@ -20,8 +20,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-TRAIN_MODULE = "openrlhf.cli.train_ppo_ray"
-
 
 class FlagError(ValueError):
     """A recipe's OpenRLHF flags do not parse with OpenRLHF's parser."""

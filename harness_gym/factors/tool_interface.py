@@ -20,8 +20,6 @@ import numpy as np
 
 from harness_gym.spec import load_variant_file
 
-CANONICAL_TOOLS = ("execute_bash", "file_editor", "finish")
-
 
 def fragment(level: int) -> dict[str, Any]:
     """The ``tools`` (and ``tool_naming``) part of the spec at this level."""

@@ -150,8 +150,3 @@ def make_env(
 ) -> HarnessEnv:
     """A :class:`HarnessEnv` for a harness reference (configuration id, preset, spec file or mapping)."""
     return HarnessEnv(**harness_env_arguments(harness), tasks=tasks, **options)
-
-
-def step_messages(info: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """What the environment answered this step (the turn API's ``new_messages``)."""
-    return [dict(m) for m in info.get("new_messages", [])]

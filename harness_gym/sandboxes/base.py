@@ -25,7 +25,6 @@ HARNESS_DIR = "/.harness"
 TOOLS_DIR = f"{HARNESS_DIR}/tools"
 ORIGINAL_DIR = f"{HARNESS_DIR}/original"  # the starting workspace, read-only, under a layered workspace
 BIN_DIR = f"{HARNESS_DIR}/bin"  # execute-only copies of the shell and Python (see sealed_binaries_dir)
-CONTROL_DIR = f"{HARNESS_DIR}/ctl"
 GRADER_DIR = f"{HARNESS_DIR}/grader"
 GRADER_INIT_DIR = f"{HARNESS_DIR}/grader-init"
 

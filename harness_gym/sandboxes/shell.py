@@ -46,7 +46,6 @@ import shutil
 import socket
 import struct
 import subprocess
-import tempfile
 import termios
 import threading
 import time
@@ -275,11 +274,6 @@ class ShellSandbox(SandboxBackend):
         )
 
     # ------------------------------------------------------------------ lifecycle helpers
-
-    def _open_control(self) -> Path:
-        """A private host folder for the episode (never mounted into the sandbox)."""
-        self._control = Path(tempfile.mkdtemp(prefix="harness-gym-ctl-"))
-        return self._control
 
     def _close_control(self) -> None:
         if self._control is not None:
