@@ -16,6 +16,16 @@ from harness_gym.design import (
     training_set,
 )
 from harness_gym.env import HarnessEnv
+from harness_gym.errors import (
+    AgentError,
+    BenchError,
+    HarnessGymError,
+    HarnessSpecError,
+    RolloutError,
+    SandboxError,
+    TaskError,
+    ToolCallError,
+)
 from harness_gym.factors import compile_config
 from harness_gym.registration import register_all
 from harness_gym.space import BASE_CONFIG, FACTORS, HarnessConfig, all_configs, hamming, neighbours
@@ -30,10 +40,18 @@ __all__ = [
     "BASE_CONFIG",
     "FACTORS",
     "TRAINING_SET",
+    "AgentError",
+    "BenchError",
     "HarnessConfig",
     "HarnessEnv",
+    "HarnessGymError",
+    "HarnessSpecError",
+    "RolloutError",
+    "SandboxError",
     "SpecError",
     "Task",
+    "TaskError",
+    "ToolCallError",
     "all_configs",
     "build_schedule",
     "check_orthogonal_array",

@@ -75,11 +75,10 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    import gymnasium as gym
     from tqdm import tqdm
 
-    import harness_gym  # noqa: F401  (registers the environments)
-    from harness_gym.agents import ReferenceAgent, run_episode
+    from harness_gym.agents import ReferenceAgent
+    from harness_gym.episode import Episode, run_suite
     from harness_gym.tasks import load_tasks
 
     configs = parse_configs(args.configs)
@@ -92,24 +91,22 @@ def _cmd_check(args: argparse.Namespace) -> int:
     per_config: dict[str, list[float]] = {}
     with tqdm(total=len(configs) * len(tasks), unit="episode", desc="reference agent", file=sys.stderr) as bar:
         for config in configs:
-            env = gym.make(config.env_id, tasks=tasks)
-            for task in tasks:
-                result = run_episode(env, ReferenceAgent(args.format), seed=args.seed, task_id=task.id)
-                per_config.setdefault(config.code, []).append(result.reward)
+
+            def record(episode: Episode, code: str = config.code) -> None:
+                result = episode.result
+                per_config.setdefault(code, []).append(result.reward)
                 if result.reward != 1.0:
                     failures.append(
-                        f"{config.code} {task.id}: reward {result.reward} "
+                        f"{code} {episode.task_id}: reward {result.reward} "
                         f"{result.final_info.get('grader_error') or result.final_info.get('reward_breakdown')}"
                     )
                 if out:
-                    out.write(
-                        json.dumps(
-                            {"config": config.code, "task": task.id, "reward": result.reward, "steps": result.steps}
-                        )
-                        + "\n"
-                    )
+                    line = {"config": code, "task": episode.task_id, "seed": episode.seed}
+                    out.write(json.dumps({**line, "reward": result.reward, "steps": result.steps}) + "\n")
                 bar.update()
-            env.close()
+
+            # the one episode loop and seed convention bench and evolution use
+            run_suite(config, lambda: ReferenceAgent(args.format), tasks, seed=args.seed, on_episode=record)
     if out:
         out.close()
     elapsed = time.perf_counter() - started

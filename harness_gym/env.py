@@ -16,39 +16,77 @@ import dataclasses
 import json
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
 
-from harness_gym.factors import compile_config
+from harness_gym.budget import Budget, effective_command_timeout
 from harness_gym.factors.context import ContextManager, TurnRecord
 from harness_gym.factors.observation import ObservationFormatter
 from harness_gym.factors.system_prompt import system_message
 from harness_gym.factors.tool_interface import ToolInterface, resample_names
 from harness_gym.factors.workflow import Workflow
-from harness_gym.hooks import CallRecord, EpisodeState, HookRunner, classify
+from harness_gym.harness import Harness
+from harness_gym.hooks import CallRecord, EpisodeState, HookRunner
 from harness_gym.sandboxes.base import Sandbox, SandboxError, SandboxFactory, choose_backend, create_sandbox
 from harness_gym.sandboxes.options import SandboxOptions
 from harness_gym.space import BASE_CONFIG, HarnessConfig
 from harness_gym.spaces import AssistantActionSpace, chat_observation_space
-from harness_gym.spec import BUDGET_DEFAULTS, load_spec, resolve_spec, spec_hash, validate_spec
+from harness_gym.spec import spec_hash
 from harness_gym.summarizers import Summarizer
 from harness_gym.tasks import GradeResult, Task, load_tasks
 from harness_gym.tool_calls import ActionError, ParsedAction, ToolCall, coerce_arguments, message_text, parse_action
 from harness_gym.tools import LIBRARY_PREFIX, ToolContext, run_tool
+from harness_gym.tools.roles import call_effects
 from harness_gym.worlds import HOST, World, docker_image, load_world
 
 Message = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CallOutcome:
+    """What dispatching one tool call gave: the answer the agent sees, and what to record of it."""
+
+    answer: str
+    source: str = "tool"  # "tool", or "hook" when a before_finish hook turned the call away
+    finished: bool = False  # the finishing tool ran
+    seconds: float = 0.0  # time the tool took in the sandbox
+    executed: bool = False  # a tool ran (its exit code, possibly None, is reported)
+    exit_code: int | None = None
+    ran_command: bool = False  # it ran a command (its duration is reported)
+    tool_error: str | None = None  # the call named no tool of this harness, or its arguments were invalid
+    turn_entry: dict[str, Any] | None = None  # for the turn record (context summaries)
+    hook_call: CallRecord | None = None  # what tool_call / tool_error hooks see
+    blocked_by: tuple[str, ...] = ()  # the before_finish hooks that turned a finishing call away
+
+
+@dataclass
+class _Turn:
+    """One step's working state, passed from stage to stage."""
+
+    started: float
+    parsed: ParsedAction
+    assistant: Message
+    record: TurnRecord
+    info: dict[str, Any]
+    responses: list[Message] = field(default_factory=list)
+    hook_messages: list[Message] = field(default_factory=list)
+    sandbox_s: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
 
 
 class HarnessEnv(gym.Env[dict[str, Any], Any]):
     """A task-solving episode under one harness.
 
     Args:
-        config: a configuration of the 3^5 space (``"S1T2O0C1W2"``); ignored when ``spec`` is given.
-        spec: a harness spec (mapping, or path to a YAML/JSON file).
+        config: the harness: any reference :meth:`Harness.resolve` takes (a configuration ``"S1T2O0C1W2"``,
+            an environment id, a preset, a spec file, a mapping, a :class:`Harness`); ignored when
+            ``spec`` is given.
+        spec: a harness spec (mapping, or path to a YAML/JSON file), or any other harness reference.
         tasks: a suite name (``"builtin"``, ``"builtin:train"``) or a sequence of :class:`Task`.
         sandbox: a backend name (``"bubblewrap"``) or a factory returning a :class:`Sandbox`.
         sandbox_options: the backend's options (a mapping or a :class:`SandboxOptions`; validated here,
@@ -68,9 +106,9 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
 
     def __init__(
         self,
-        config: HarnessConfig | str | None = None,
+        config: HarnessConfig | Harness | str | None = None,
         *,
-        spec: Mapping[str, Any] | str | Path | None = None,
+        spec: Mapping[str, Any] | str | Path | Harness | None = None,
         tasks: str | Sequence[Task] | None = None,
         sandbox: str | SandboxFactory | None = None,
         sandbox_options: Mapping[str, Any] | None = None,
@@ -82,27 +120,18 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         render_mode: str | None = None,
         world: str | None = None,
     ) -> None:
-        if spec is None:
-            self.harness_spec: dict[str, Any] = compile_config(config if config is not None else BASE_CONFIG)
-        elif isinstance(spec, (str, Path)):
-            self.harness_spec = load_spec(spec)
-        else:
-            self.harness_spec = resolve_spec(spec)
-            validate_spec(self.harness_spec)
-        if tool_call_format is not None:
-            self.harness_spec["tool_call_format"] = tool_call_format
-        if max_steps is not None:
-            self.harness_spec["budget"]["max_steps"] = int(max_steps)
-        validate_spec(self.harness_spec)
-        self.spec_hash = spec_hash(self.harness_spec)
-        self.config: str | None = self.harness_spec.get("config")
+        reference = spec if spec is not None else config if config is not None else BASE_CONFIG
+        self.harness = Harness.resolve(reference).with_changes(tool_call_format=tool_call_format, max_steps=max_steps)
+        self.harness_spec: dict[str, Any] = self.harness.spec  # the env's own copy, as data
+        self.budget: Budget = self.harness.budget
+        self.spec_hash = self.harness.spec_hash
+        self.config: str | None = self.harness.config
         self.tasks = load_tasks(tasks)
         self._tasks_by_id = {t.id: t for t in self.tasks}
-        budget = self.harness_spec["budget"]
-        spec_defaults = {k: budget[k] for k in ("command_timeout_s", "output_limit_chars") if k in budget}
         self._sandbox_request = sandbox
-        # validated here, so a bad option fails at construction and not at the first reset
-        self._sandbox_options = SandboxOptions.from_mapping(sandbox_options, **spec_defaults)
+        # validated here, so a bad option fails at construction and not at the first reset; the spec's
+        # budget gives the defaults, explicit options win (the one ceiling every command runs under)
+        self._sandbox_options = SandboxOptions.from_mapping(sandbox_options, **self.budget.sandbox_defaults())
         self._worlds: dict[str, World] = {}
         for task in self.tasks:  # fail at construction, not mid-run, when a task cannot be placed
             self._worlds[task.id] = self._world_for(task, choose_backend(sandbox, task.image), world)
@@ -170,10 +199,9 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
 
         if any(_is_library(t.implementation) for t in self.tool_interface.tools.values()):
             self.sandbox.run_tool("library.py", {"op": "snapshot", "args": {}, "root": self.task.mount_path})
-        budget = self.harness_spec["budget"]
         self.hooks = HookRunner(self.harness_spec.get("hooks", []))
         self.hook_state = EpisodeState(
-            max_steps=budget["max_steps"], context_limit_chars=budget.get("context_limit_chars", 0)
+            max_steps=self.budget.max_steps, context_limit_chars=self.budget.context_limit_chars
         )
         self.messages = [
             system_message(self.harness_spec),
@@ -198,14 +226,36 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         return self._observation(), info
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        """One action, in named stages: parse -> gate -> dispatch (validate, run and observe each
+        call) -> after-step hooks and budget (termination) -> context -> grade or manage context."""
         if self.done or self.task is None or self.sandbox is None:
             raise RuntimeError("the episode is over (or was never started); call reset() before step()")
+        turn = self._parse_stage(action)
+        if self._gate_stage(turn):
+            self._dispatch_stage(turn)
+        turn.responses += turn.hook_messages  # after every tool message, so the chat protocol stays valid
+        if not turn.terminated:
+            self._after_step_stage(turn)
+        self._context_stage(turn)
+        reward = self._outcome_stage(turn)
+        info = turn.info
+        # the turn API: what the environment answered this step, and the whole context when it was rewritten
+        info["new_messages"] = [_copy_message(m) for m in turn.responses]
+        if info["context_reset"]:
+            info["context"] = [_copy_message(m) for m in self.messages]
+        total = time.perf_counter() - turn.started
+        self.last_step_timing = {"step_s": total, "sandbox_s": turn.sandbox_s, "overhead_s": total - turn.sandbox_s}
+        if self.render_mode == "human":
+            self.render()
+        return self._observation(), float(reward), turn.terminated, turn.truncated, info
+
+    # ------------------------------------------------------------------ step stages
+
+    def _parse_stage(self, action: Any) -> _Turn:
+        """Parse the action into calls (never raising on its content) and open the step's record."""
         started = time.perf_counter()
         parsed = _parse_safely(action, self.harness_spec.get("tool_call_format", "auto"), f"call_{self.steps}")
         self.steps += 1
-        assistant = _assistant_message(action, parsed.calls)
-        responses: list[Message] = []
-        record = TurnRecord(self.steps, parsed.text)
         info = self._base_info()
         info.update(
             parsed_calls=[c.as_dict() for c in parsed.calls],
@@ -216,112 +266,136 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             workflow_feedback=[],
             hooks_fired=[],
         )
-        sandbox_s = 0.0
-        terminated = False
-        hook_messages: list[Message] = []
+        return _Turn(started, parsed, _assistant_message(action, parsed.calls), TurnRecord(self.steps, parsed.text), info)
 
+    def _gate_stage(self, turn: _Turn) -> bool:
+        """The workflow gate (W) and the no-call rule; True when the calls are to be dispatched."""
+        parsed = turn.parsed
         blocked = self.workflow.gate(parsed.text, bool(parsed.calls))
         if blocked is not None:
-            info["workflow_feedback"].append(blocked)
-            record.feedback.append(blocked)
-            responses += [_tool_message(c, blocked, "workflow") for c in parsed.calls]
+            turn.info["workflow_feedback"].append(blocked)
+            turn.record.feedback.append(blocked)
+            turn.responses += [_tool_message(c, blocked, "workflow") for c in parsed.calls]
         elif not parsed.calls and self.tool_interface.stop_when_no_tool_call:
-            terminated = True  # chat-style harnesses: a reply without a tool call ends the session
+            turn.terminated = True  # chat-style harnesses: a reply without a tool call ends the session
         elif not parsed.calls:
             note = self._no_call_feedback()
-            info["workflow_feedback"].append(note)
-            record.feedback.append(note)
-            responses.append({"role": "user", "content": note, "source": "workflow"})
+            turn.info["workflow_feedback"].append(note)
+            turn.record.feedback.append(note)
+            turn.responses.append({"role": "user", "content": note, "source": "workflow"})
         else:
-            budget = self.harness_spec["budget"]
-            max_calls = int(budget.get("max_tool_calls_per_step", BUDGET_DEFAULTS["max_tool_calls_per_step"]))
-            step_limit_s = float(budget.get("step_time_limit_s", BUDGET_DEFAULTS["step_time_limit_s"]))
-            step_deadline = time.monotonic() + step_limit_s
-            for index, call in enumerate(parsed.calls):
-                if terminated:
-                    responses.append(
-                        _tool_message(
-                            call, f"Not executed: the session ended with {self.tool_interface.finish_name}.", "tool"
-                        )
-                    )
-                    continue
-                if call.error:
-                    responses.append(_tool_message(call, f"Error: {call.error}", "tool"))
-                    continue
-                remaining_s = step_deadline - time.monotonic()
-                skipped = (
-                    f"Not executed: at most {max_calls} tool calls run per message."
-                    if index >= max_calls
-                    else f"Not executed: this message's time budget of {step_limit_s:g} s is used up."
-                    if remaining_s <= 0
-                    else None
-                )
-                if skipped is not None:
-                    info["tool_errors"].append(skipped)
-                    responses.append(_tool_message(call, skipped, "tool"))
-                    continue
-                ceiling_s = min(self._sandbox_options.command_timeout_s, remaining_s)
-                answer, source, finished, seconds = self._run_call(call, record, info, hook_messages, ceiling_s)
-                sandbox_s += seconds
-                terminated = terminated or finished
-                responses.append(_tool_message(call, answer, source))
-        responses += hook_messages  # after every tool message, so the chat protocol stays valid
+            return True
+        return False
 
-        truncated = False
-        if not terminated:
-            responses += self.workflow.after_step(self.steps)
+    def _dispatch_stage(self, turn: _Turn) -> None:
+        """Each call in turn: validate it against the action's budget, run it, observe the result."""
+        step_deadline = time.monotonic() + self.budget.step_time_limit_s
+        for index, call in enumerate(turn.parsed.calls):
+            remaining_s = step_deadline - time.monotonic()
+            refusal = self._validate_call(turn, call, index, remaining_s)
+            if refusal is not None:
+                turn.responses.append(_tool_message(call, refusal, "tool"))
+                continue
+            ceiling_s, _ = effective_command_timeout(self._sandbox_options.command_timeout_s, remaining_s)
+            outcome = self._run_call(call, ceiling_s or remaining_s)
+            self._observe_call(turn, outcome)
+            turn.sandbox_s += outcome.seconds
+            turn.terminated = turn.terminated or outcome.finished
+            turn.responses.append(_tool_message(call, outcome.answer, outcome.source))
+
+    def _validate_call(self, turn: _Turn, call: ToolCall, index: int, remaining_s: float) -> str | None:
+        """Why this call is not run (the session ended, it is malformed, the action's call count or
+        time budget is spent), or None to run it."""
+        if turn.terminated:
+            return f"Not executed: the session ended with {self.tool_interface.finish_name}."
+        if call.error:
+            return f"Error: {call.error}"
+        if index >= self.budget.max_tool_calls_per_step:
+            skipped = f"Not executed: at most {self.budget.max_tool_calls_per_step} tool calls run per message."
+        elif remaining_s <= 0:
+            skipped = f"Not executed: this message's time budget of {self.budget.step_time_limit_s:g} s is used up."
+        else:
+            return None
+        turn.info["tool_errors"].append(skipped)
+        return skipped
+
+    def _observe_call(self, turn: _Turn, outcome: CallOutcome) -> None:
+        """Record a call's outcome in the step's info and turn record, and let hooks react to it."""
+        info = turn.info
+        if outcome.tool_error is not None:
+            info["tool_errors"].append(outcome.tool_error)
+        if outcome.exit_code is not None or outcome.executed:
+            info["exit_codes"].append(outcome.exit_code)
+        if outcome.ran_command:
+            info["durations"].append(outcome.seconds)
+        if outcome.turn_entry is not None:
+            turn.record.calls.append(outcome.turn_entry)
+        info["hooks_fired"] += list(outcome.blocked_by)
+        if outcome.hook_call is not None:
             self.hook_state.step = self.steps
-            self.hook_state.context_chars = self._context_chars() + sum(
-                len(m["content"]) for m in (assistant, *responses)
-            )
-            for firing in self.hooks.run("step", self.hook_state) + self.hooks.run("budget", self.hook_state):
-                responses.append(firing.as_message())
-                info["hooks_fired"].append(firing.hook)
-                if firing.stop_episode and not truncated:
-                    truncated = True
-                    info["truncation_reason"] = f"stopped by hook {firing.hook}"
-            limit = self.task.time_limit_s
-            if not truncated and limit is not None and time.monotonic() - self._episode_started > limit:
-                truncated = True
-                info["truncation_reason"] = f"time limit of {limit:g} s exceeded"
-            if not truncated and self.steps >= self.harness_spec["budget"]["max_steps"]:
-                truncated = True
-                info["truncation_reason"] = f"step budget of {self.harness_spec['budget']['max_steps']} steps exhausted"
-        added = sum(len(m["content"]) for m in (assistant, *responses))
+            self.hook_state.calls.append(outcome.hook_call)
+            firings = self.hooks.run("tool_call", self.hook_state, outcome.hook_call)
+            if outcome.hook_call.error:
+                firings += self.hooks.run("tool_error", self.hook_state, outcome.hook_call)
+            info["hooks_fired"] += [f.hook for f in firings]
+            turn.hook_messages += [f.as_message() for f in firings]
+
+    def _after_step_stage(self, turn: _Turn) -> None:
+        """Workflow prompts, step and budget hooks, then the episode's limits (time, steps)."""
+        assert self.task is not None
+        info = turn.info
+        turn.responses += self.workflow.after_step(self.steps)
+        self.hook_state.step = self.steps
+        self.hook_state.context_chars = self._context_chars() + sum(
+            len(m["content"]) for m in (turn.assistant, *turn.responses)
+        )
+        for firing in self.hooks.run("step", self.hook_state) + self.hooks.run("budget", self.hook_state):
+            turn.responses.append(firing.as_message())
+            info["hooks_fired"].append(firing.hook)
+            if firing.stop_episode and not turn.truncated:
+                turn.truncated = True
+                info["truncation_reason"] = f"stopped by hook {firing.hook}"
+        limit = self.task.time_limit_s
+        if not turn.truncated and limit is not None and time.monotonic() - self._episode_started > limit:
+            turn.truncated = True
+            info["truncation_reason"] = f"time limit of {limit:g} s exceeded"
+        if not turn.truncated and self.steps >= self.budget.max_steps:
+            turn.truncated = True
+            info["truncation_reason"] = f"step budget of {self.budget.max_steps} steps exhausted"
+
+    def _context_stage(self, turn: _Turn) -> None:
+        """Append the step's messages to the context and the transcript (copies extended, not redone)."""
+        new = (turn.assistant, *turn.responses)
+        added = sum(len(m["content"]) for m in new)
         previous, previous_chars = self.messages, self._context_chars()
-        self.messages = [*self.messages, assistant, *responses]
+        self.messages = [*self.messages, *new]
         self._chars_cache = (self.messages, previous_chars + added)
         if self._observed[0] is previous:  # extend the observed copies instead of redoing them
-            self._observed = (self.messages, self._observed[1] + [self._copy_once(m) for m in (assistant, *responses)])
-        self.transcript += self._transcript_entries(assistant, parsed.calls, responses)
-        self.records.append(record)
+            self._observed = (self.messages, self._observed[1] + [self._copy_once(m) for m in new])
+        self.transcript += self._transcript_entries(turn.assistant, turn.parsed.calls, turn.responses)
+        self.records.append(turn.record)
 
+    def _outcome_stage(self, turn: _Turn) -> float:
+        """Grade an ended episode, else let context management (C) decide what the policy sees next."""
+        info = turn.info
         reward = 0.0
         info["context_reset"] = False
-        if terminated or truncated:
-            if terminated:
-                info["terminated_reason"] = "finish tool called" if parsed.calls else "replied without a tool call"
+        if turn.terminated or turn.truncated:
+            if turn.terminated:
+                info["terminated_reason"] = "finish tool called" if turn.parsed.calls else "replied without a tool call"
             else:
                 info["terminated_reason"] = "truncated"
             grading_started = time.perf_counter()
             reward = self._grade(info)
-            sandbox_s += time.perf_counter() - grading_started
+            turn.sandbox_s += time.perf_counter() - grading_started
         else:
             context_started = time.perf_counter()
             self.messages, info["context_reset"] = self.context.manage(self.messages, self.records)
             if info["context_reset"] and self.context.summary_path is not None:
                 # writing the summary file runs a command in the sandbox: not harness overhead
-                sandbox_s += time.perf_counter() - context_started
+                turn.sandbox_s += time.perf_counter() - context_started
         info["reward_breakdown"] = info.get("reward_breakdown", {})
-        # the turn API: what the environment answered this step, and the whole context when it was rewritten
-        info["new_messages"] = [_copy_message(m) for m in responses]
-        if info["context_reset"]:
-            info["context"] = [_copy_message(m) for m in self.messages]
-        total = time.perf_counter() - started
-        self.last_step_timing = {"step_s": total, "sandbox_s": sandbox_s, "overhead_s": total - sandbox_s}
-        if self.render_mode == "human":
-            self.render()
-        return self._observation(), float(reward), terminated, truncated, info
+        return reward
 
     async def areset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -419,11 +493,9 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
                 ) from None
         return self.tasks[int(self.np_random.integers(len(self.tasks)))]
 
-    def _run_call(
-        self, call: ToolCall, record: TurnRecord, info: dict[str, Any], hook_messages: list[Message], ceiling_s: float
-    ) -> tuple[str, str, bool, float]:
-        """Resolve, validate and run one call (no command longer than ``ceiling_s``); let hooks react.
-        Returns answer, source, finished, seconds."""
+    def _run_call(self, call: ToolCall, ceiling_s: float) -> CallOutcome:
+        """Resolve, validate and run one call (no command longer than ``ceiling_s``). Changes nothing
+        of the step: the returned outcome says what happened, :meth:`_observe_call` records it."""
         assert self.sandbox is not None and self.task is not None
         tool = self.tool_interface.tools.get(call.name)
         arguments = call.arguments
@@ -434,41 +506,23 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
                 arguments = call.arguments
         tool, error = self.tool_interface.resolve(call.name, arguments)
         if tool is None:
-            info["tool_errors"].append(error)
-            record.calls.append({"name": call.name, "arguments": arguments, "exit_code": None, "output": error})
-            self._after_call(
-                CallRecord(self.steps, call.name, call.name, arguments, None, True, False, False), info, hook_messages
+            return CallOutcome(
+                error or "",
+                tool_error=error,
+                turn_entry={"name": call.name, "arguments": arguments, "exit_code": None, "output": error},
+                hook_call=CallRecord(self.steps, call.name, call.name, arguments, None, True, False, False),
             )
-            return error or "", "tool", False, 0.0
-        if tool.implementation == "finish":
+        if tool.role == "finish":
             self.hook_state.step = self.steps
             blocking = [f for f in self.hooks.run("before_finish", self.hook_state) if f.block_finish]
             if blocking:
-                info["hooks_fired"] += [f.hook for f in blocking]
-                return "\n".join(f.message for f in blocking), "hook", False, 0.0
+                return CallOutcome(
+                    "\n".join(f.message for f in blocking), source="hook", blocked_by=tuple(f.hook for f in blocking)
+                )
         context = ToolContext(self.sandbox, self.task.mount_path, ceiling_s, tool.name)
         result = run_tool(tool.implementation, arguments, context)
-        info["exit_codes"].append(result.exit_code)
-        if result.ran_command:
-            info["durations"].append(result.duration_s)
-        record.calls.append(
-            {
-                "name": tool.name,
-                "canonical": tool.canonical,
-                "arguments": arguments,
-                "exit_code": result.exit_code,
-                "output": result.output,
-            }
-        )
-        is_edit, is_check = classify(tool.implementation, tool.canonical, tool.tags, arguments)
+        is_edit, is_check = call_effects(tool.role, arguments)
         failed = result.exit_code not in (0, None) or (result.exit_code is None and result.ran_command)
-        self._after_call(
-            CallRecord(
-                self.steps, tool.name, tool.canonical, dict(arguments), result.exit_code, failed, is_edit, is_check
-            ),
-            info,
-            hook_messages,
-        )
         answer = self.formatter.format(
             result.output,
             tool=tool.name,
@@ -477,16 +531,33 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             duration_ms=result.duration_s * 1000,
             step=self.steps,
         )
-        return answer, "tool", result.finished, result.duration_s
-
-    def _after_call(self, call: CallRecord, info: dict[str, Any], hook_messages: list[Message]) -> None:
-        self.hook_state.step = self.steps
-        self.hook_state.calls.append(call)
-        firings = self.hooks.run("tool_call", self.hook_state, call)
-        if call.error:
-            firings += self.hooks.run("tool_error", self.hook_state, call)
-        info["hooks_fired"] += [f.hook for f in firings]
-        hook_messages += [f.as_message() for f in firings]
+        return CallOutcome(
+            answer,
+            finished=result.finished,
+            seconds=result.duration_s,
+            executed=True,
+            exit_code=result.exit_code,
+            ran_command=result.ran_command,
+            turn_entry={
+                "name": tool.name,
+                "canonical": tool.canonical,
+                "role": tool.role,
+                "arguments": arguments,
+                "exit_code": result.exit_code,
+                "output": result.output,
+            },
+            hook_call=CallRecord(
+                self.steps,
+                tool.name,
+                tool.canonical,
+                dict(arguments),
+                result.exit_code,
+                failed,
+                is_edit,
+                is_check,
+                tool.role,
+            ),
+        )
 
     def _transcript_entries(self, assistant: Message, calls: list[ToolCall], responses: list[Message]) -> list[Message]:
         """The step as graders see it: each call with its id, the harness's name and the canonical
@@ -687,6 +758,14 @@ def _arguments_text(call: ToolCall) -> str:
 
 def _tool_message(call: ToolCall, content: str, source: str) -> Message:
     return {"role": "tool", "content": content, "source": source, "tool_call_id": call.id, "name": call.name}
+
+
+def make_env(harness: Any, tasks: str | Sequence[Task] | None = None, **options: Any) -> HarnessEnv:
+    """The one way to build an environment from (harness, tasks, options): ``harness`` is any
+    reference :meth:`Harness.resolve` takes, ``options`` are ``HarnessEnv``'s (``sandbox``,
+    ``sandbox_options``, ``max_steps``, ``world``, ...). Bench, evolution, the checks and the
+    RL-library adapters all build theirs here."""
+    return HarnessEnv(Harness.resolve(harness), tasks=tasks, **options)
 
 
 def make_spec_env(spec: Mapping[str, Any] | str | Path | None = None, **kwargs: Any) -> HarnessEnv:

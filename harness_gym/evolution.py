@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness_gym.agents import EpisodeResult, run_episode
-from harness_gym.env import HarnessEnv
+from harness_gym.agents import EpisodeResult
+from harness_gym.episode import run_suite
+from harness_gym.errors import HarnessSpecError
 from harness_gym.hooks import EVENTS, PREDICATES, CallRecord, EpisodeState, Hook
 from harness_gym.llm_client import ChatClient, LLMError
 from harness_gym.metrics import Outcome, RateSummary, paired_bootstrap, pass_rate, trainable_rate
@@ -27,6 +28,7 @@ from harness_gym.sandboxes.base import Sandbox, SandboxFactory, choose_backend, 
 from harness_gym.spec import SpecError, diff_specs, resolve_spec, spec_hash, tool_library, validate_spec
 from harness_gym.tasks import Task
 from harness_gym.tools import ToolContext, run_tool
+from harness_gym.tools.roles import tool_role
 
 # ----------------------------------------------------------------------------- proposals
 
@@ -43,7 +45,7 @@ class Proposer(Protocol):
     def propose(self, spec: Mapping[str, Any], trajectories: Sequence[EpisodeResult]) -> Proposal: ...
 
 
-class ProposalError(ValueError):
+class ProposalError(HarnessSpecError):
     """The proposer's output could not be turned into a spec."""
 
 
@@ -177,9 +179,11 @@ def synthetic_state(hook_spec: Mapping[str, Any], max_steps: int = 60) -> tuple[
     when = hook_spec.get("when", {})
     state = EpisodeState(step=10, max_steps=max_steps, context_limit_chars=100_000)
     name = (when.get("tool_in") or ["bash"])[0]
+    role = (when.get("role_in") or ["shell"])[0]
 
     def call(i: int, error: bool = False, edit: bool = False, args: Any = None) -> CallRecord:
-        return CallRecord(i, name, name, {"a": args if args is not None else 0}, 1 if error else 0, error, edit, False)
+        arguments = {"a": args if args is not None else 0}
+        return CallRecord(i, name, name, arguments, 1 if error else 0, error, edit, False, role)
 
     calls: list[CallRecord] = [call(0)]
     if "ping_pong_at_least" in when:
@@ -218,7 +222,7 @@ def validate_candidate(
     new_tools = [
         t
         for t in candidate["tools"]
-        if old_tools.get(t["name"]) != t and t["implementation"] not in ("finish", "unavailable")
+        if old_tools.get(t["name"]) != t and tool_role(t) not in ("finish", "unavailable")
     ]
     old_hooks = {h["name"]: h for h in (current or {}).get("hooks", [])}
     new_hooks = [h for h in candidate.get("hooks", []) if old_hooks.get(h["name"]) != h]
@@ -294,16 +298,10 @@ def rollout(
     seed: int = 0,
     env_options: Mapping[str, Any] | None = None,
 ) -> ComparisonSide:
-    """Run ``rollouts_per_task`` episodes of every task under ``spec``; seeds depend only on task and index."""
-    env = HarnessEnv(spec=spec, tasks=list(tasks), **dict(env_options or {}))
-    results = []
-    try:
-        for t_index, task in enumerate(tasks):
-            for r_index in range(rollouts_per_task):
-                results.append(run_episode(env, policy(), seed=seed + 1000 * t_index + r_index, task_id=task.id))
-    finally:
-        env.close()
-    return ComparisonSide(spec_hash(spec), results)
+    """Run ``rollouts_per_task`` episodes of every task under ``spec`` (the one episode loop and seed
+    convention: seeds depend only on task and run, so both sides of a comparison are paired)."""
+    episodes = run_suite(spec, policy, tasks, runs=rollouts_per_task, seed=seed, env_options=env_options)
+    return ComparisonSide(spec_hash(spec), [e.result for e in episodes])
 
 
 def compare(

@@ -34,7 +34,7 @@ import gymnasium as gym
 from harness_gym.chat import chat_messages
 from harness_gym.env import HarnessEnv
 from harness_gym.records import read_trajectory, resolve_harnesses
-from harness_gym.requests import RolloutRequest, harness_env_arguments
+from harness_gym.requests import RolloutRequest, resolve_harness
 from harness_gym.tasks import load_tasks
 
 DATASOURCE = "harness-gym"
@@ -67,7 +67,7 @@ def prompt_rows(
     rows = []
     for harness in harness_refs(harnesses):
         env = HarnessEnv(
-            **harness_env_arguments(harness), tasks=tasks, resample_names=resample_names, include_skills=include_skills
+            resolve_harness(harness), tasks=tasks, resample_names=resample_names, include_skills=include_skills
         )
         try:
             for repeat in range(repeats):

@@ -22,11 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 EVENTS = ("episode_start", "step", "tool_call", "tool_error", "before_finish", "budget")
-_CHECK = re.compile(
-    r"\b(pytest|unittest|runtests\.py|bin/test|tox|nox|make\s+(check|test)|npm\s+test|go\s+test|cargo\s+test)\b"
-    r"|python3?\s+(-m\s+)?\S*test"
-)
-_EDIT = re.compile(r"sed\s+-i|(^|[^2&])>\s*[^&\s]|\btee\b|\bpatch\b|git\s+apply|\bmv\s|\bcp\s|\brm\s|\btouch\s")
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 
 
@@ -42,24 +37,11 @@ class CallRecord:
     error: bool
     is_edit: bool
     is_check: bool
+    role: str = "other"  # the tool's role (harness_gym.tools.roles): what hooks condition on, not its name
 
     @property
     def signature(self) -> str:
         return self.name + json.dumps(self.arguments, sort_keys=True, default=str)
-
-
-def classify(
-    implementation: Any, canonical: str, tags: Sequence[str], arguments: Mapping[str, Any]
-) -> tuple[bool, bool]:
-    """(is_edit, is_check) for a call: from the tool's tags, else from what the call does."""
-    if "edit" in tags or "check" in tags:
-        return "edit" in tags, "check" in tags
-    if implementation == "file_editor":
-        return arguments.get("command") in ("create", "str_replace", "insert", "undo_edit"), False
-    if implementation == "bash" or (isinstance(implementation, Mapping) and "command" in implementation):
-        command = str(arguments.get("command", ""))
-        return bool(_EDIT.search(command)), bool(_CHECK.search(command))
-    return False, False
 
 
 @dataclass
@@ -145,6 +127,7 @@ PREDICATES: dict[str, Predicate] = {
     "context_percent_at_least": lambda s, v, c: s.context_percent() >= v,
     "every_n_steps": lambda s, v, c: s.step > 0 and s.step % v == 0,
     "tool_in": lambda s, v, c: c is not None and (c.name in v or c.canonical in v),
+    "role_in": lambda s, v, c: c is not None and c.role in v,
     "exit_code_nonzero": lambda s, v, c: c is not None and (c.error == bool(v)),
 }
 

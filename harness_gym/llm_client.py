@@ -15,8 +15,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from harness_gym.errors import AgentError
 
-class LLMError(RuntimeError):
+
+class LLMError(AgentError):
     """The endpoint could not give an answer (after retries)."""
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from harness_gym.design import TRAINING_SET, heldout_set
+from harness_gym.harness import SPEC_SUFFIXES, Harness
 from harness_gym.presets import OUT_OF_SPACE, PRESETS
 from harness_gym.space import BASE_CONFIG, HarnessConfig, all_configs
 from harness_gym.tasks import Task
@@ -48,6 +49,11 @@ class HarnessChoice:
     klass: str
     config: str | None = None
     spec_path: str | None = None
+
+    @property
+    def ref(self) -> str:
+        """The reference :meth:`harness_gym.harness.Harness.resolve` takes: the spec file, else the id."""
+        return self.spec_path or self.env_id
 
 
 def classify_config(config: HarnessConfig) -> str:
@@ -94,18 +100,24 @@ def resolve_harnesses(text: str | Sequence[str]) -> list[HarnessChoice]:
         elif item in ("out-of-space", "out_of_space"):
             for env_id in OUT_OF_SPACE:
                 add(HarnessChoice(env_id, "out_of_space"))
-        elif item in PRESETS:
-            add(HarnessChoice(item, "out_of_space" if item in OUT_OF_SPACE else "preset"))
-        elif item.endswith((".yaml", ".yml", ".json")):
-            path = Path(item)
-            if not path.is_file():
-                raise ValueError(f"harness spec file {item} does not exist")
-            add(HarnessChoice(f"spec:{path.stem}", "custom", None, str(path.resolve())))
         else:
-            add_config(HarnessConfig.parse(item))
+            add(harness_choice(item))
     if not chosen:
         raise ValueError("no harness chosen")
     return chosen
+
+
+def harness_choice(reference: str) -> HarnessChoice:
+    """The choice of one harness reference, resolved (and so checked) by :meth:`Harness.resolve`:
+    a spec file is ``custom``, a point of the 3^5 space is classified, a preset is a preset."""
+    harness = Harness.resolve(reference)
+    if reference.endswith(SPEC_SUFFIXES) or Path(reference).is_file():
+        path = Path(reference).resolve()
+        return HarnessChoice(f"spec:{path.stem}", "custom", None, str(path))
+    if harness.config is not None:
+        config = HarnessConfig.parse(harness.config)
+        return HarnessChoice(config.env_id, classify_config(config), config.code)
+    return HarnessChoice(harness.name, "out_of_space" if harness.name in OUT_OF_SPACE else "preset")
 
 
 @dataclass(frozen=True)
@@ -122,6 +134,12 @@ class EpisodePlan:
         return key if self.role == "model" else f"{self.role}:{key}"
 
 
+def episode_seed(base_seed: int, task_index: int, run: int = 0) -> int:
+    """The one seed convention: the seed of run ``run`` of the ``task_index``-th task. It depends on
+    task and run only, so every harness (and every command: bench, evolution, check) pairs them."""
+    return base_seed + 1000 * run + task_index
+
+
 def plan_episodes(
     harnesses: Sequence[HarnessChoice],
     tasks: Sequence[Task],
@@ -132,13 +150,16 @@ def plan_episodes(
     """Every (harness, task, run) for the model, then once per (harness, task) for each
     calibration agent. The seed depends on task and run only, so harnesses are paired."""
     model = [
-        EpisodePlan(h, t.id, r, seed + 1000 * r + i)
+        EpisodePlan(h, t.id, r, episode_seed(seed, i, r))
         for h in harnesses
         for i, t in enumerate(tasks)
         for r in range(runs)
     ]
     calibrate = [
-        EpisodePlan(h, t.id, 0, seed + i, role) for role in calibration for h in harnesses for i, t in enumerate(tasks)
+        EpisodePlan(h, t.id, 0, episode_seed(seed, i), role)
+        for role in calibration
+        for h in harnesses
+        for i, t in enumerate(tasks)
     ]
     return model + calibrate
 

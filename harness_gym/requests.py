@@ -12,19 +12,14 @@ import json
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from harness_gym.presets import PRESETS, load_preset
+from harness_gym.errors import HarnessSpecError, RolloutError
+from harness_gym.harness import Harness
 from harness_gym.space import HarnessConfig
-from harness_gym.spec import load_spec, resolve_spec
 from harness_gym.tasks import Task, load_tasks
 
 LABEL_VERSION = 1
-
-
-class RolloutError(ValueError):
-    """A rollout request cannot run (bad label, unknown task or harness); the message says which."""
 
 
 @dataclass(frozen=True)
@@ -91,20 +86,15 @@ def suite_tasks(suite: str) -> dict[str, Task]:
         return _SUITES[suite]
 
 
-def harness_env_arguments(harness: str | Mapping[str, Any]) -> dict[str, Any]:
-    """``HarnessEnv`` arguments for a harness reference: a configuration id, a preset name, a spec
-    file, or an inline spec mapping."""
-    if isinstance(harness, Mapping):
-        return {"spec": resolve_spec(harness)}
-    if harness in PRESETS:
-        return {"spec": load_preset(harness)}
-    if harness.endswith((".yaml", ".yml", ".json")):
-        if not Path(harness).is_file():
-            raise RolloutError(f"harness spec file {harness} does not exist on this node")
-        return {"spec": load_spec(harness)}
+def resolve_harness(harness: str | Mapping[str, Any]) -> Harness:
+    """The harness a label names (see :meth:`Harness.resolve`); a bad one is a :class:`RolloutError`."""
     try:
-        return {"config": HarnessConfig.parse(harness)}
-    except ValueError as exc:
-        raise RolloutError(
-            f"unknown harness {harness!r}: not a preset ({', '.join(sorted(PRESETS))}), not a spec file, and {exc}"
-        ) from None
+        return Harness.resolve(harness)
+    except HarnessSpecError as exc:
+        raise RolloutError(f"{exc} (on this node)") from None
+
+
+def harness_env_arguments(harness: str | Mapping[str, Any]) -> dict[str, Any]:
+    """``HarnessEnv`` keyword arguments for a harness reference (kept for callers of the old form;
+    new code passes :func:`resolve_harness`'s result to ``HarnessEnv`` directly)."""
+    return {"config": resolve_harness(harness)}

@@ -20,8 +20,11 @@ from typing import Any
 import jsonschema
 import yaml
 
+from harness_gym.budget import BUDGET_DEFAULTS as BUDGET_DEFAULTS  # re-exported; its home is harness_gym.budget
+from harness_gym.errors import HarnessSpecError
 
-class SpecError(ValueError):
+
+class SpecError(HarnessSpecError):
     """A harness spec is invalid; the message names the JSON path of the problem."""
 
 
@@ -30,12 +33,6 @@ def spec_schema() -> dict[str, Any]:
     """The JSON schema every harness spec must satisfy."""
     text = resources.files("harness_gym").joinpath("schemas/harness_spec.schema.json").read_text(encoding="utf-8")
     return json.loads(text)
-
-
-def _budget_defaults() -> dict[str, Any]:
-    """Defaults of the optional budget fields, from the schema's ``default`` keywords (their one home)."""
-    fields = spec_schema()["properties"]["budget"]["properties"]
-    return {name: field["default"] for name, field in fields.items() if "default" in field}
 
 
 @functools.cache
@@ -56,9 +53,6 @@ def validate_spec(spec: Mapping[str, Any]) -> None:
         more = f"\n  ... and {len(errors) - 10} more" if len(errors) > 10 else ""
         name = spec.get("name", "<unnamed>") if isinstance(spec, Mapping) else "<not a mapping>"
         raise SpecError(f"invalid harness spec {name!r}:\n" + "\n".join(lines) + more)
-
-
-BUDGET_DEFAULTS: dict[str, Any] = _budget_defaults()
 
 
 def non_finite_numbers(value: Any, path: str = "$") -> list[tuple[str, float]]:

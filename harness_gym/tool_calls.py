@@ -18,6 +18,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from harness_gym.errors import ToolCallError
 from harness_gym.tool_formats import ParsedAction, ToolCall, format_names, parse_text
 from harness_gym.tool_formats.base import arguments_object, dumps_safe
 
@@ -29,7 +30,7 @@ _OPENAI_CALL_EXAMPLE = (
 __all__ = ["FORMATS", "ActionError", "ParsedAction", "ToolCall", "coerce_arguments", "message_text", "parse_action"]
 
 
-class ActionError(ValueError):
+class ActionError(ToolCallError):
     """The action is not text or an assistant message."""
 
 

@@ -5,8 +5,9 @@ import pytest
 from conftest import requires_bwrap
 
 from harness_gym import HarnessEnv
-from harness_gym.hooks import CallRecord, EpisodeState, Hook, HookRunner, classify, register_hook_plugin
+from harness_gym.hooks import CallRecord, EpisodeState, Hook, HookRunner, register_hook_plugin
 from harness_gym.presets import load_preset
+from harness_gym.tools.roles import call_effects
 
 
 def record(i, name="bash", args=None, error=False, edit=False, check=False):
@@ -35,11 +36,12 @@ def test_state_measures():
 
 
 def test_classify_calls():
-    assert classify("bash", "execute_bash", (), {"command": "python -m pytest -q"}) == (False, True)
-    assert classify("bash", "execute_bash", (), {"command": "sed -i 's/a/b/' f.py"}) == (True, False)
-    assert classify("bash", "execute_bash", (), {"command": "ls 2>&1"}) == (False, False)
-    assert classify("file_editor", "file_editor", (), {"command": "str_replace"}) == (True, False)
-    assert classify("library:run_check", "run_check", ("check",), {}) == (False, True)
+    assert call_effects("shell", {"command": "python -m pytest -q"}) == (False, True)
+    assert call_effects("shell", {"command": "sed -i 's/a/b/' f.py"}) == (True, False)
+    assert call_effects("shell", {"command": "ls 2>&1"}) == (False, False)
+    assert call_effects("edit", {"command": "str_replace"}) == (True, False)
+    assert call_effects("edit", {"command": "view"}) == (False, False)
+    assert call_effects("test", {}) == (False, True)
 
 
 def test_hook_templates_limits_and_unknown_conditions():

@@ -19,6 +19,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "core",
         (
+            "harness_gym.errors",
+            "harness_gym.budget",
             "harness_gym.paths",
             "harness_gym.space",
             "harness_gym.design",
@@ -43,6 +45,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "harness_gym.factors",
             "harness_gym.tools",
             "harness_gym.hooks",
+            "harness_gym.harness",
             "harness_gym.env",
             "harness_gym.registration",
             "harness_gym.records",
@@ -56,6 +59,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "applications",
         (
             "harness_gym.bench",
+            "harness_gym.episode",
             "harness_gym.evolution",
             "harness_gym.skills",
             "harness_gym.export",

@@ -33,7 +33,7 @@ from harness_gym.design import build_schedule, training_set
 from harness_gym.export import rollout_seed
 from harness_gym.records import resolve_harnesses
 from harness_gym.tasks import load_tasks
-from trainers.requests import RolloutRequest, harness_env_arguments
+from trainers.requests import RolloutRequest, resolve_harness
 
 DATASOURCE = "harness-gym"
 
@@ -91,7 +91,7 @@ def harness_rows(
     suite: str, harness: str, *, repeats: int = 1, seed: int = 0, task_limit: int | None = None
 ) -> list[dict[str, str]]:
     """Every task under one harness (HarnessAdapt-RL trains on the currently selected harness)."""
-    harness_env_arguments(harness)  # fail now on an unknown harness, not on a GPU node later
+    resolve_harness(harness)  # fail now on an unknown harness, not on a GPU node later
     rows = []
     for repeat in range(repeats):
         for task_id in _task_ids(suite, task_limit):
@@ -106,7 +106,7 @@ def grid_rows(
     bench --harnesses`` takes (``heldout``, ``training``, ``presets``, ``out-of-space``, ids, files)."""
     refs = [c.config or c.spec_path or c.env_id for c in resolve_harnesses(list(harnesses))]
     for harness in refs:
-        harness_env_arguments(harness)
+        resolve_harness(harness)
     ids = _task_ids(suite, task_limit)
     return [row(RolloutRequest(suite, t, h, seed=_seed(seed, 0, t, 0))) for h in refs for t in ids]
 

@@ -40,11 +40,11 @@ from harness_gym.evolution import AuditLog, Proposer, TeacherProposer, evolve, r
 from harness_gym.llm_client import ChatClient
 from harness_gym.records import load_records
 from harness_gym.skills import SkillTeacher, skills_from_rollouts
-from harness_gym.spec import resolve_spec, save_spec, spec_hash, strip_skills
+from harness_gym.spec import save_spec, spec_hash, strip_skills
 from harness_gym.tasks import Task, load_tasks
 from trainers.launch_plan import LaunchPlan, plan, write_datasets
 from trainers.metrics import training_metrics
-from trainers.requests import harness_env_arguments
+from trainers.requests import resolve_harness
 
 Policy = Callable[[], Any]
 PolicyServing = Callable[[str], contextlib.AbstractContextManager[Policy]]
@@ -158,10 +158,10 @@ def harnessadapt_loop(
     options.setdefault("sandbox", executor.get("sandbox"))
     if executor.get("max_steps"):
         options.setdefault("max_steps", executor["max_steps"])
-    spec = harness_env_arguments(evolution.get("initial_harness") or dataset["harness"]).get("spec")
-    if spec is None:
+    initial = resolve_harness(evolution.get("initial_harness") or dataset["harness"])
+    if initial.in_space:
         raise ValueError("HarnessAdapt evolves a spec: the initial harness must be a preset or a spec file")
-    spec = resolve_spec(spec)
+    spec = initial.spec
     model = recipe["model"]
     epochs: list[dict[str, Any]] = []
     for epoch in range(1, evolution["epochs"] + 1):
@@ -239,7 +239,7 @@ def run_recipe(
     port = int(server.get("port", 8011))
     if dry_run:
         harness = evolution.get("initial_harness") or recipe["dataset"]["harness"]
-        harness_env_arguments(harness)
+        resolve_harness(harness)
         first = out / "epoch-1"
         launch = plan(
             {**recipe, "dataset": {**recipe["dataset"], "harness": str(first / "harness.yaml")}},

@@ -19,6 +19,7 @@ import jsonschema
 import yaml
 
 from harness_gym import doctor
+from harness_gym.errors import HarnessGymError
 from trainers.dataset import build, write_dataset
 from trainers.openrlhf_args import check_flags, openrlhf_parser, to_argv
 from trainers.requests import SETTINGS_ENV, ExecutorSettings
@@ -35,7 +36,7 @@ MANAGED_FLAGS = (
 )  # fmt: skip
 
 
-class RecipeError(ValueError):
+class RecipeError(HarnessGymError, ValueError):
     """A recipe is invalid; the message says where."""
 
 

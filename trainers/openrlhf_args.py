@@ -20,8 +20,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from harness_gym.errors import HarnessGymError
 
-class FlagError(ValueError):
+
+class FlagError(HarnessGymError, ValueError):
     """A recipe's OpenRLHF flags do not parse with OpenRLHF's parser."""
 
 

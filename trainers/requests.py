@@ -13,6 +13,7 @@ from harness_gym.requests import (  # noqa: F401
     RolloutError,
     RolloutRequest,
     harness_env_arguments,
+    resolve_harness,
     suite_tasks,
 )
 from harness_gym.tool_formats import format_names

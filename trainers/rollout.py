@@ -38,13 +38,12 @@ from typing import Any
 
 from openrlhf.utils.agent import AgentExecutorBase, AgentInstanceBase
 
-from harness_gym.env import HarnessEnv
-from harness_gym.factors import compile_config
+from harness_gym.env import HarnessEnv, make_env
 from harness_gym.metrics import tool_calls_by_format
 from harness_gym.prompting import text_messages
 from harness_gym.records import ResultsFile
 from harness_gym.tool_formats import format_for_model
-from trainers.requests import ExecutorSettings, RolloutError, RolloutRequest, harness_env_arguments, suite_tasks
+from trainers.requests import ExecutorSettings, RolloutError, RolloutRequest, resolve_harness, suite_tasks
 from trainers.turns import ChatTurns
 
 # --------------------------------------------------------------------------- the environment side
@@ -98,12 +97,11 @@ class HarnessAgentInstance(AgentInstanceBase):
         tasks = suite_tasks(request.suite)
         if request.task_id not in tasks:
             raise RolloutError(f"suite {request.suite!r} has no task {request.task_id!r}")
-        arguments = harness_env_arguments(request.harness)
-        spec = arguments.get("spec") or compile_config(arguments["config"])
-        native = spec.get("tool_call_format") == "openai"  # no native tool calling here: text calls instead
-        env = HarnessEnv(
-            **arguments,
-            tasks=[tasks[request.task_id]],
+        harness = resolve_harness(request.harness)
+        native = harness.spec.get("tool_call_format") == "openai"  # no native tool calling here: text calls instead
+        env = make_env(
+            harness,
+            [tasks[request.task_id]],
             sandbox=self.settings.sandbox,
             max_steps=self.settings.max_steps,
             resample_names=self.settings.resample_names,

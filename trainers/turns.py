@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from harness_gym.errors import HarnessGymError
+
 _SENTINEL = "\u2063HARNESS-GYM-SENTINEL\u2063"
 _PROBE: list[dict[str, str]] = [
     {"role": "system", "content": "probe system"},
@@ -28,7 +30,7 @@ _PROBE: list[dict[str, str]] = [
 ]
 
 
-class TemplateError(ValueError):
+class TemplateError(HarnessGymError, ValueError):
     """The tokenizer's chat template cannot give an append-only token stream."""
 
 

@@ -18,11 +18,12 @@ from typing import Any, Protocol
 import gymnasium as gym
 
 from harness_gym.env import HarnessEnv
+from harness_gym.errors import AgentError
 
 CALL_FORMATS = ("hermes", "xml", "openai")
 
 
-class ContextOverflow(RuntimeError):
+class ContextOverflow(AgentError):
     """The prompt no longer fits the model's context: an episode outcome (a failure), not an error."""
 
 

@@ -19,12 +19,12 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 from tqdm import tqdm
 
 from harness_gym.agents.base import ContextOverflow, _resolve, as_agent, run_episode
 from harness_gym.agents.factory import make_agent
-from harness_gym.env import HarnessEnv
+from harness_gym.env import make_env
+from harness_gym.errors import BenchError
 from harness_gym.llm_client import LLMError
 from harness_gym.metrics import tool_calls_by_format
 from harness_gym.records import EpisodePlan, HarnessChoice, ResultsFile, plan_episodes, write_trajectory
@@ -35,7 +35,7 @@ CALIBRATION = ("reference", "null")  # agents whose Pass@1 is known: 1.0 and 0.0
 
 
 
-class EpisodeFailure(Exception):
+class EpisodeFailure(BenchError):
     """An exception while running an episode, with the part that raised it: ``agent``, ``endpoint``, ``env`` or ``grader``."""
 
     def __init__(self, kind: str, error: BaseException) -> None:
@@ -96,10 +96,7 @@ def run_one(
         try:
             task_list = load_tasks(tasks) if isinstance(tasks, str) else list(tasks)
             options = dict(env_options)
-            if plan.harness.spec_path:
-                env = HarnessEnv(spec=plan.harness.spec_path, tasks=task_list, **options)
-            else:
-                env = gym.make(plan.harness.env_id, tasks=task_list, **options)
+            env = make_env(plan.harness.ref, task_list, **options)  # the one way every command builds one
         except Exception as exc:
             raise EpisodeFailure("env", exc) from exc
         try:
@@ -174,11 +171,11 @@ def episode_record(base: Mapping[str, Any], result: Any, agent: Any, seconds: fl
     }
 
 
-class ManifestMismatch(ValueError):
+class ManifestMismatch(BenchError, ValueError):
     """``--resume`` of a folder whose recorded run differs from the one asked for."""
 
 
-class BenchAborted(RuntimeError):
+class BenchAborted(BenchError):
     """The run stopped early: most episodes errored (the message says how and why)."""
 
 

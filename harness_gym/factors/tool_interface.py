@@ -19,6 +19,7 @@ import jsonschema
 import numpy as np
 
 from harness_gym.spec import load_variant_file
+from harness_gym.tools.roles import tool_role
 
 
 def fragment(level: int) -> dict[str, Any]:
@@ -34,6 +35,7 @@ def fragment(level: int) -> dict[str, Any]:
             {
                 "name": variant["names"][canonical],
                 "canonical": canonical,
+                "role": definition["role"],
                 "implementation": definition["implementation"],
                 "description": variant.get("descriptions", {}).get(canonical, definition["description"]),
                 "parameters": copy.deepcopy(definition["parameters"]),
@@ -45,6 +47,7 @@ def fragment(level: int) -> dict[str, Any]:
             {
                 "name": name,
                 "canonical": canonical,
+                "role": "unavailable",
                 "implementation": "unavailable",
                 "description": definition["description"],
                 "parameters": copy.deepcopy(definition["parameters"]),
@@ -91,6 +94,7 @@ class BoundTool:
     description: str
     parameters: dict[str, Any]
     tags: tuple[str, ...] = ()
+    role: str = "other"  # what calls to it do (harness_gym.tools.ROLES): hooks and metrics go by it
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI function schema the agent sees."""
@@ -124,10 +128,11 @@ class ToolInterface:
                 entry["description"],
                 entry["parameters"],
                 tuple(entry.get("tags", ())),
+                tool_role(entry),
             )
             self.tools[tool.name] = tool
             self._validators[tool.name] = _validator(json.dumps(tool.parameters, sort_keys=True))
-        finishing = [t.name for t in self.tools.values() if t.implementation == "finish"]
+        finishing = [t.name for t in self.tools.values() if t.role == "finish"]
         self.stop_when_no_tool_call = bool(spec.get("stop_when_no_tool_call"))
         if len(finishing) > 1 or (not finishing and not self.stop_when_no_tool_call):
             raise ValueError(

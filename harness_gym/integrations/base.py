@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness_gym.env import HarnessEnv
-from harness_gym.requests import harness_env_arguments
+from harness_gym.env import make_env as build_env
+from harness_gym.errors import HarnessSpecError
+from harness_gym.requests import resolve_harness
 from harness_gym.tasks import Task
 
 LIBRARIES = ("trl", "verifiers", "skyrl", "gem")
@@ -93,7 +95,7 @@ SUPPORT: dict[str, dict[str, Support]] = {
 }
 
 
-class UnsupportedHarness(ValueError):
+class UnsupportedHarness(HarnessSpecError):
     """A library cannot carry this harness faithfully; the message names the factor and why."""
 
 
@@ -149,4 +151,4 @@ def make_env(
     **options: Any,
 ) -> HarnessEnv:
     """A :class:`HarnessEnv` for a harness reference (configuration id, preset, spec file or mapping)."""
-    return HarnessEnv(**harness_env_arguments(harness), tasks=tasks, **options)
+    return build_env(resolve_harness(harness), tasks, **options)  # the one way to build one

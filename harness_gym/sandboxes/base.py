@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from harness_gym.errors import SandboxError
 from harness_gym.sandboxes.isolation import grader_folder, remove_tree, shared_temp_dir
 from harness_gym.sandboxes.options import SandboxOptions
 
@@ -38,10 +39,6 @@ SYSTEM_TREES: tuple[str, ...] = (
 # Nor exactly at these: HOME (user-site and dotfiles of every Python grader would be the agent's),
 # the parent of users' homes, the shared temporary folders and the roots of optional software.
 SYSTEM_FOLDERS: tuple[str, ...] = ("/", SANDBOX_HOME, "/home", "/tmp", "/var", "/var/tmp", "/opt", "/srv")
-
-
-class SandboxError(RuntimeError):
-    """The sandbox cannot be started or used (missing backend, bad mount path, ...)."""
 
 
 def check_mount_path(mount_path: str) -> str:

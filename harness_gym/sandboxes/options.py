@@ -14,8 +14,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness_gym.budget import COMMAND_TIMEOUT_S, OUTPUT_LIMIT_CHARS
+from harness_gym.errors import SandboxError
 
-class SandboxOptionsError(ValueError):
+
+class SandboxOptionsError(SandboxError, ValueError):
     """A sandbox option is unknown or has a bad value; the message lists the valid ones."""
 
 
@@ -48,8 +51,8 @@ class SandboxOptions:
     """Every option any backend takes. ``None`` means: the backend's own choice (or not applicable)."""
 
     # every backend
-    command_timeout_s: float = field(default=60.0, metadata=_check(_positive_number, "a positive finite number"))
-    output_limit_chars: int = field(default=30_000, metadata=_check(_positive_int, "a positive integer"))
+    command_timeout_s: float = field(default=COMMAND_TIMEOUT_S, metadata=_check(_positive_number, "a positive finite number"))
+    output_limit_chars: int = field(default=OUTPUT_LIMIT_CHARS, metadata=_check(_positive_int, "a positive integer"))
     workspace_root: str | None = field(default=None, metadata=_check(_text, "a folder path", True))
     python: str | None = field(default=None, metadata=_check(_text, "an interpreter path", True))
     # local (bubblewrap) and Docker limits

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from harness_gym.budget import COMMAND_TIMEOUT_S, OUTPUT_LIMIT_CHARS
 from harness_gym.sandboxes.base import TOOLS_DIR, CommandResult, SandboxBackend, SandboxError
 
 _S = TypeVar("_S", bound="ShellSandbox")
@@ -147,7 +148,9 @@ class ShellSandbox(SandboxBackend):
     # "stderr": on the shell's stderr (for launchers that pass only the standard descriptors)
     status_channel: ClassVar[str] = "socket"
 
-    def __init__(self, *, command_timeout_s: float = 60.0, output_limit_chars: int = 30_000) -> None:
+    def __init__(
+        self, *, command_timeout_s: float = COMMAND_TIMEOUT_S, output_limit_chars: int = OUTPUT_LIMIT_CHARS
+    ) -> None:
         self.command_timeout_s = command_timeout_s
         self.output_limit_chars = output_limit_chars
         self._proc: subprocess.Popen[bytes] | None = None

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness_gym.errors import TaskError
 from harness_gym.paths import cache_dir
 from harness_gym.sandboxes.base import GRADER_DIR, Sandbox, SandboxError, check_mount_path
 from harness_gym.sandboxes.docker_support import extract_image_path
@@ -33,10 +34,6 @@ from harness_gym.tool_calls import parse_action
 DEFAULT_GRADE_COMMAND = "python3 {grader}/grade.py"
 PAYLOAD_FILE = "payload.json"
 VERDICT_KEY_FILE = ".verdict-key"  # per-grading HMAC key of a signing grader (see parse_grader_output)
-
-
-class TaskError(ValueError):
-    """A task or suite is malformed; the message names the task and the problem."""
 
 
 @dataclass(frozen=True)

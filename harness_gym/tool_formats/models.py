@@ -10,6 +10,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from harness_gym.errors import ToolCallError
 from harness_gym.tool_formats.registry import ALIASES, FORMATS, get_format
 
 TABLE = Path(__file__).with_name("data") / "models.yaml"
@@ -42,7 +43,7 @@ _SCHEMA = {
 }
 
 
-class ModelTableError(ValueError):
+class ModelTableError(ToolCallError):
     """The model-to-format table is malformed or names an unknown format."""
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from harness_gym.errors import ToolCallError
 from harness_gym.tool_formats.base import Draft, ParsedAction, ToolCall, ToolFormat
 from harness_gym.tool_formats.harmony import Harmony
 from harness_gym.tool_formats.json_calls import tagged_json_formats
@@ -63,7 +64,7 @@ DETECTION_ORDER = (
 _REASONING = (("<think>", "</think>"), ("<seed:think>", "</seed:think>"))
 
 
-class UnknownFormatError(ValueError):
+class UnknownFormatError(ToolCallError):
     """A format name that is neither a registered format, an alias nor ``auto``."""
 
 

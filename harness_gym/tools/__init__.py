@@ -7,13 +7,13 @@ A spec's tool names an ``implementation``; this module maps it to behaviour. New
 from __future__ import annotations
 
 import json
-import math
 import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from harness_gym.budget import effective_command_timeout
 from harness_gym.sandboxes.base import CommandResult, Sandbox
 
 
@@ -97,20 +97,9 @@ def _from_command(result: CommandResult) -> ToolResult:
 
 
 def agent_timeout(requested: Any, unit_s: float, ceiling_s: float) -> tuple[float | None, str]:
-    """The timeout for an agent-chosen ``timeout`` argument: at most ``ceiling_s`` (the sandbox's
-    ``command_timeout_s``, or what is left of the step's time budget). Returns (seconds, note), or
-    (None, error) for a value that is not a positive finite number."""
-    if requested is None or requested == "":
-        return ceiling_s, ""
-    try:
-        seconds = float(requested) * unit_s
-    except (TypeError, ValueError, OverflowError):
-        return None, f"Error: timeout must be a number, got {str(requested)[:80]!r}."
-    if not math.isfinite(seconds) or seconds <= 0:
-        return None, f"Error: timeout must be a positive finite number, got {str(requested)[:80]!r}."
-    if seconds > ceiling_s:
-        return ceiling_s, f"[timeout capped at {ceiling_s:g} s, the limit per command]"
-    return seconds, ""
+    """The timeout for an agent-chosen ``timeout`` argument under ``ceiling_s`` (see
+    :func:`harness_gym.budget.effective_command_timeout`, the one rule)."""
+    return effective_command_timeout(ceiling_s, None, requested, unit_s)
 
 
 def _bash(arguments: Mapping[str, Any], context: ToolContext, timeout_unit_s: float = 1.0) -> ToolResult:

@@ -39,6 +39,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from harness_gym.errors import SandboxError
 from harness_gym.paths import cache_dir
 
 HOST = "host"
@@ -46,7 +47,7 @@ MANIFEST = "world.json"
 Progress = Callable[[str], None]
 
 
-class WorldError(ValueError):
+class WorldError(SandboxError, ValueError):
     """A world is unknown, invalid, not built, or failed to build; the message says what to do."""
 
 
