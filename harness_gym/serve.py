@@ -65,7 +65,7 @@ class ModelServer:
         self.httpd.server_close()
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
-        import torch
+        import torch  # the optional hf extra (heavy): imported once a request needs the model
 
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:

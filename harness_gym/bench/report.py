@@ -405,7 +405,7 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
 def write_plots(summary: Mapping[str, Any], out_dir: Path) -> list[Path]:
     """factor_effects.png (heatmap) and classes.png (bars with 95% CIs); none without matplotlib."""
     try:
-        import matplotlib
+        import matplotlib  # the optional bench extra, needed only for plots
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt

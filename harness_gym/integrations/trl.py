@@ -113,7 +113,7 @@ def tool_method(tool: BoundTool) -> Callable[..., str]:
 
 def _check_schema(method: Callable[..., Any], tool: BoundTool) -> None:
     """The schema TRL will show must name the same parameters, types, requirements and choices."""
-    from transformers.utils import get_json_schema
+    from transformers.utils import get_json_schema  # heavy (transformers): only for this check
 
     shown = get_json_schema(method)["function"]
     parameters = shown["parameters"]
