@@ -3,7 +3,6 @@ dataset step and the OpenRLHF job (:class:`LaunchPlan`), and check every Ray nod
 
 The HarnessAdapt loop (:mod:`trainers.harnessadapt`) plans one job per epoch with it."""
 
-
 from __future__ import annotations
 
 import json

@@ -163,7 +163,9 @@ class ShellSandbox(SandboxBackend):
     # ------------------------------------------------------------------ to implement
 
     @abstractmethod
-    def _shell_command(self, shell_argv: list[str]) -> contextlib.AbstractContextManager[tuple[list[str], Sequence[int]]]:
+    def _shell_command(
+        self, shell_argv: list[str]
+    ) -> contextlib.AbstractContextManager[tuple[list[str], Sequence[int]]]:
         """The host command that runs ``shell_argv`` inside the sandbox, and descriptors it must
         inherit besides the protocol's (open while the shell starts, closed afterwards)."""
 
