@@ -53,7 +53,7 @@ class ModelServer:
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{host!s}:{port}/v1"
 
     def start(self) -> ModelServer:
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)

@@ -17,6 +17,7 @@ import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from harness_gym.sandboxes import isolation, layers, seccomp
 from harness_gym.sandboxes.base import (
@@ -441,7 +442,7 @@ def _controller(group: Path) -> str:
     return relative.parts[0]
 
 
-def _finalize(state: dict) -> None:  # type: ignore[type-arg]
+def _finalize(state: dict[str, Any]) -> None:
     """Clean up as close() would, from the recorded state (the sandbox object is gone).
     Only in the process that made the sandbox: a forked child must not destroy its parent's."""
     if state.get("owner_pid") != os.getpid():

@@ -751,8 +751,9 @@ def run_oneshot(
     for reader in readers:
         reader.join(timeout=5)
     for stream in (proc.stdout, proc.stderr):
-        with contextlib.suppress(OSError):
-            stream.close()
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
     text, elided = ("", 0) if timed_out else out.text()
     return CommandResult(
         text,
@@ -769,7 +770,7 @@ def _fence(nonce: str) -> str:
     return f"__hg_fence_{nonce}__"
 
 
-def join_output(head: bytes, tail: bytes, dropped: int, limit: int) -> tuple[str, int]:
+def join_output(head: bytes | bytearray, tail: bytes | bytearray, dropped: int, limit: int) -> tuple[str, int]:
     """Head and tail of an output, with a note where ``dropped`` bytes were cut from the middle."""
     if dropped:
         note = f"\n[... {dropped} bytes of output elided; showing the first and last {limit // 2} ...]\n"

@@ -23,6 +23,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -79,6 +80,7 @@ def apply_mutations(source: str, chosen: list[Mutation]) -> str:
 
 def _mutants(node: ast.AST) -> Iterator[tuple[str, ast.AST]]:
     """(operator name, mutated copy) for every mutation that applies to ``node`` itself."""
+    new: Any  # a copy of whichever node type matched
     if isinstance(node, ast.BinOp) and type(node.op) in SWAPS:
         new = copy.deepcopy(node)
         new.op = SWAPS[type(node.op)]()
@@ -125,6 +127,7 @@ def mutations(source: str, file: str) -> list[tuple[Mutation, str]]:
     tree = ast.parse(source)
     lines = source.splitlines(keepends=True)
     out = []
+    node: Any  # a statement or expression: the checks below make sure it has a position
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Module)) or not hasattr(node, "lineno"):
             continue

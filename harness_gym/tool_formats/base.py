@@ -215,7 +215,7 @@ def draft_from_object(
     """A call written as ``{"name": ..., "arguments": {...}}`` (the key names vary by family)."""
     if not isinstance(value, dict) or not isinstance(value.get("name"), str) or not value["name"]:
         return Draft("", {}, raw, fmt.expected('a tool call needs a "name" string and an arguments object'))
-    raw_args = next((value[key] for key in argument_keys if key in value), {})
+    raw_args: Any = next((value[key] for key in argument_keys if key in value), {})
     arguments, error = arguments_object(raw_args)
     return Draft(value["name"], arguments, raw, fmt.expected(error) if error else None)
 
