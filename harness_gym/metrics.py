@@ -154,14 +154,6 @@ def paired_bootstrap(
     return Interval(float(estimate), float(np.quantile(diffs, tail)), float(np.quantile(diffs, 1 - tail)))
 
 
-def outcomes_from_records(records: Iterable[Mapping[str, object]]) -> list[Outcome]:
-    """Outcomes from episode records (``task_id``/``task``, ``reward``, ``truncated``)."""
-    return [
-        Outcome(str(r.get("task_id", r.get("task"))), float(r["reward"]), bool(r.get("truncated", False)))  # type: ignore[arg-type]
-        for r in records
-    ]
-
-
 # --------------------------------------------------------------------------- tool calls per format
 
 

@@ -32,12 +32,11 @@ from harness_gym.sandboxes.isolation import die_with_parent
 from harness_gym.tasks import Task, load_tasks
 
 CALIBRATION = ("reference", "null")  # agents whose Pass@1 is known: 1.0 and 0.0 in every harness
-ERROR_KINDS = ("agent", "endpoint", "env", "grader")
 
 
 
 class EpisodeFailure(BenchError):
-    """An exception while running an episode, with the part that raised it (``ERROR_KINDS``)."""
+    """An exception while running an episode, with the part that raised it: ``agent``, ``endpoint``, ``env`` or ``grader``."""
 
     def __init__(self, kind: str, error: BaseException) -> None:
         super().__init__(f"{type(error).__name__}: {error}")
