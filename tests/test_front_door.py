@@ -282,7 +282,7 @@ def test_run_suite_and_check_run_the_planned_seeds(tmp_path, monkeypatch):
     assert [e.seed for e in episodes] == seen == [s for _, _, s in suite_plan(tasks, 1, 3)] == [3, 4]
     assert [e.result.reward for e in episodes] == [1.0, 1.0] and {e.harness for e in episodes} == {"Harness-S0T0O0C0W0"}
     # `harness-gym check` goes through the same loop (on these two tasks): it records the same seeds
-    monkeypatch.setattr("harness_gym.tasks.load_tasks", lambda selection: tasks)
+    monkeypatch.setattr("harness_gym.cli.load_tasks", lambda selection: tasks)
     out = tmp_path / "check.jsonl"
     assert main(["check", "--configs", "S0T0O0C0W0", "--tasks", "builtin", "--seed", "3", "--out", str(out)]) == 0
     lines = [json.loads(line) for line in out.read_text().splitlines()]
