@@ -111,7 +111,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         spec: Mapping[str, Any] | str | Path | Harness | None = None,
         tasks: str | Sequence[Task] | None = None,
         sandbox: str | SandboxFactory | None = None,
-        sandbox_options: Mapping[str, Any] | None = None,
+        sandbox_options: Mapping[str, Any] | SandboxOptions | None = None,
         tool_call_format: str | None = None,
         max_steps: int | None = None,
         summarizer: Summarizer | None = None,
@@ -163,6 +163,12 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         self.last_grade: GradeResult | None = None  # the last episode's grading, log included
         self._rendered = 0  # transcript messages already printed in "human" render mode
         self._episode_spec_hash = self.spec_hash
+
+    @property
+    def sandbox_options(self) -> SandboxOptions:
+        """The validated sandbox options every sandbox of this environment gets (the spec's budget
+        filled in where ``sandbox_options`` did not say)."""
+        return self._sandbox_options
 
     # ------------------------------------------------------------------ gym API
 

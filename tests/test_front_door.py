@@ -158,9 +158,9 @@ def test_the_effective_command_timeout_is_the_least_of_its_limits():
     assert effective_command_timeout(10.0, None, requested=-1)[0] is None
     # the sandbox ceiling: explicit sandbox_options win over the spec's budget, which wins over the default
     preset = "harness_gym/presets/claude_code_style.yaml"
-    assert HarnessEnv(spec=preset)._sandbox_options.command_timeout_s == 120.0
-    assert HarnessEnv(spec=preset, sandbox_options={"command_timeout_s": 7})._sandbox_options.command_timeout_s == 7
-    assert HarnessEnv("S0T0O0C0W0")._sandbox_options.command_timeout_s == BUDGET_DEFAULTS["command_timeout_s"]
+    assert HarnessEnv(spec=preset).sandbox_options.command_timeout_s == 120.0
+    assert HarnessEnv(spec=preset, sandbox_options={"command_timeout_s": 7}).sandbox_options.command_timeout_s == 7
+    assert HarnessEnv("S0T0O0C0W0").sandbox_options.command_timeout_s == BUDGET_DEFAULTS["command_timeout_s"]
 
 
 # ---------------------------------------------------------------------------- tool roles
