@@ -263,6 +263,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             tool_errors=[],
             exit_codes=[],
             durations=[],
+            call_roles=[],
             workflow_feedback=[],
             hooks_fired=[],
         )
@@ -326,6 +327,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             info["tool_errors"].append(outcome.tool_error)
         if outcome.exit_code is not None or outcome.executed:
             info["exit_codes"].append(outcome.exit_code)
+            info["call_roles"].append(outcome.hook_call.role if outcome.hook_call else "other")
         if outcome.ran_command:
             info["durations"].append(outcome.seconds)
         if outcome.turn_entry is not None:

@@ -172,6 +172,17 @@ def tool_calls_by_format(step_infos: Iterable[Mapping[str, object]]) -> dict[str
     return counts
 
 
+def tool_calls_by_role(step_infos: Iterable[Mapping[str, object]]) -> dict[str, int]:
+    """Calls that ran, per role of their tool (``shell``, ``edit``, ``test``, ...; see
+    :mod:`harness_gym.tools.roles`): what an agent did, whatever the harness names its tools."""
+    counts: dict[str, int] = {}
+    for info in step_infos:
+        roles = info.get("call_roles") or []
+        for role in roles if isinstance(roles, list) else []:
+            counts[str(role)] = counts.get(str(role), 0) + 1
+    return counts
+
+
 def tool_call_validity_by_format(
     per_episode: Iterable[Mapping[str, Mapping[str, int]] | None],
 ) -> dict[str, dict[str, float]]:

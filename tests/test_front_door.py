@@ -18,6 +18,7 @@ from harness_gym.budget import BUDGET_DEFAULTS, Budget, effective_command_timeou
 from harness_gym.env import CallOutcome, make_env
 from harness_gym.factors import compile_config
 from harness_gym.harness import Harness
+from harness_gym.metrics import tool_calls_by_role
 from harness_gym.presets import PRESETS, load_preset, preset_path
 from harness_gym.records import episode_seed, plan_episodes, resolve_harnesses
 from harness_gym.sandboxes.options import SandboxOptions, SandboxOptionsError
@@ -201,8 +202,11 @@ def test_hooks_see_edits_and_test_runs_made_through_claude_code_style_tools():
     env.reset(seed=0)
     root = env.task.mount_path
 
+    env_infos: list[dict] = []
+
     def act(name: str, **arguments: object) -> dict:
-        return env.step(f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>")[4]
+        env_infos.append(env.step(f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>")[4])
+        return env_infos[-1]
 
     try:
         info = act("Write", file_path=f"{root}/note.py", content="x = 1\n")
@@ -216,6 +220,7 @@ def test_hooks_see_edits_and_test_runs_made_through_claude_code_style_tools():
         info = act("Bash", command="echo 3 > note.txt")
         assert info["hooks_fired"] == ["unverified", "shell_used"]  # an edit through the shell
         assert [c.role for c in env.hook_state.calls] == ["edit", "edit", "shell", "shell"]
+        assert tool_calls_by_role(env_infos) == {"edit": 2, "shell": 2}
     finally:
         env.close()
 
