@@ -246,6 +246,16 @@ def test_project_imports_sit_at_module_level():
     assert lazy - LAZY_PROJECT_IMPORTS == set()
 
 
+BACKENDS = ("harness_gym.sandboxes.bubblewrap", "harness_gym.sandboxes.docker", "harness_gym.sandboxes.unsafe")
+
+
+def test_backends_are_reached_only_through_the_sandbox_interface():
+    """What backends share (mount-path checks, grading, the shell) lives in sandboxes.base and
+    sandboxes.shell; only the package (which registers them) and doctor (which tests each) import one."""
+    importers = {module for module, targets in GRAPH.items() if any(target in BACKENDS for target in targets)}
+    assert importers <= {"harness_gym.sandboxes", "harness_gym.doctor"}
+
+
 def test_the_checker_sees_cycles_and_upward_imports():
     """The checks can fail: a made-up cycle and a made-up upward import are found."""
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
