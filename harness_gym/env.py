@@ -273,7 +273,9 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             workflow_feedback=[],
             hooks_fired=[],
         )
-        return _Turn(started, parsed, _assistant_message(action, parsed.calls), TurnRecord(self.steps, parsed.text), info)
+        return _Turn(
+            started, parsed, _assistant_message(action, parsed.calls), TurnRecord(self.steps, parsed.text), info
+        )
 
     def _gate_stage(self, turn: _Turn) -> bool:
         """The workflow gate (W) and the no-call rule; True when the calls are to be dispatched."""

@@ -220,9 +220,7 @@ def validate_candidate(
     problems: list[str] = []
     old_tools = {t["name"]: t for t in (current or {}).get("tools", [])}
     new_tools = [
-        t
-        for t in candidate["tools"]
-        if old_tools.get(t["name"]) != t and tool_role(t) not in ("finish", "unavailable")
+        t for t in candidate["tools"] if old_tools.get(t["name"]) != t and tool_role(t) not in ("finish", "unavailable")
     ]
     old_hooks = {h["name"]: h for h in (current or {}).get("hooks", [])}
     new_hooks = [h for h in candidate.get("hooks", []) if old_hooks.get(h["name"]) != h]

@@ -125,7 +125,12 @@ def test_the_budget_defaults_have_one_home():
     budget = Budget(max_steps=1)
     options = SandboxOptions()
     shell = {k: v.default for k, v in inspect.signature(ShellSandbox.__init__).parameters.items()}
-    assert budget.command_timeout_s == options.command_timeout_s == shell["command_timeout_s"] == defaults["command_timeout_s"]
+    assert (
+        budget.command_timeout_s
+        == options.command_timeout_s
+        == shell["command_timeout_s"]
+        == defaults["command_timeout_s"]
+    )
     assert budget.output_limit_chars == options.output_limit_chars == shell["output_limit_chars"]
     assert budget.output_limit_chars == defaults["output_limit_chars"]
     # no Python module writes the numbers again as a default of its own
@@ -152,8 +157,14 @@ def test_the_effective_command_timeout_is_the_least_of_its_limits():
     assert effective_command_timeout(60.0) == (60.0, "")
     assert effective_command_timeout(60.0, 12.5) == (12.5, "")
     assert effective_command_timeout(10.0, 100.0, requested=5) == (5.0, "")
-    assert effective_command_timeout(10.0, 100.0, requested=30) == (10.0, "[timeout capped at 10 s, the limit per command]")
-    assert effective_command_timeout(10.0, 4.0, requested=30_000, unit_s=0.001) == (4.0, "[timeout capped at 4 s, the limit per command]")
+    assert effective_command_timeout(10.0, 100.0, requested=30) == (
+        10.0,
+        "[timeout capped at 10 s, the limit per command]",
+    )
+    assert effective_command_timeout(10.0, 4.0, requested=30_000, unit_s=0.001) == (
+        4.0,
+        "[timeout capped at 4 s, the limit per command]",
+    )
     assert effective_command_timeout(10.0, None, requested="nan")[0] is None
     assert effective_command_timeout(10.0, None, requested=-1)[0] is None
     # the sandbox ceiling: explicit sandbox_options win over the spec's budget, which wins over the default
@@ -247,7 +258,9 @@ def test_run_call_returns_an_outcome_and_changes_nothing_of_the_step():
             for i in range(2)
         )
         _, _, _, _, info = env.step(two)
-        assert info["exit_codes"] == [0] and info["tool_errors"] == ["Not executed: at most 1 tool calls run per message."]
+        assert info["exit_codes"] == [0] and info["tool_errors"] == [
+            "Not executed: at most 1 tool calls run per message."
+        ]
         assert env.records[-1].calls[0]["role"] == "shell"
     finally:
         env.close()
@@ -286,4 +299,6 @@ def test_run_suite_and_check_run_the_planned_seeds(tmp_path, monkeypatch):
     out = tmp_path / "check.jsonl"
     assert main(["check", "--configs", "S0T0O0C0W0", "--tasks", "builtin", "--seed", "3", "--out", str(out)]) == 0
     lines = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [(line["task"], line["seed"], line["reward"]) for line in lines] == [(t.id, s, 1.0) for t, _, s in suite_plan(tasks, 1, 3)]
+    assert [(line["task"], line["seed"], line["reward"]) for line in lines] == [
+        (t.id, s, 1.0) for t, _, s in suite_plan(tasks, 1, 3)
+    ]
