@@ -15,7 +15,7 @@ from harness_gym.design import (
     locality_aware_assignment,
     training_set,
 )
-from harness_gym.env import HarnessEnv
+from harness_gym.env import HarnessEnv, make_env
 from harness_gym.errors import (
     AgentError,
     BenchError,
@@ -27,6 +27,7 @@ from harness_gym.errors import (
     ToolCallError,
 )
 from harness_gym.factors import compile_config
+from harness_gym.harness import Harness
 from harness_gym.registration import register_all
 from harness_gym.space import BASE_CONFIG, FACTORS, HarnessConfig, all_configs, hamming, neighbours
 from harness_gym.spec import SpecError, spec_hash, validate_spec
@@ -42,6 +43,7 @@ __all__ = [
     "TRAINING_SET",
     "AgentError",
     "BenchError",
+    "Harness",
     "HarnessConfig",
     "HarnessEnv",
     "HarnessGymError",
@@ -61,6 +63,7 @@ __all__ = [
     "is_orthogonal_array",
     "load_tasks",
     "locality_aware_assignment",
+    "make_env",
     "neighbours",
     "register_all",
     "spec_hash",

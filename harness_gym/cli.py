@@ -26,12 +26,37 @@ import json
 import os
 import sys
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+from tqdm import tqdm
+
+from harness_gym import doctor
+from harness_gym.agents import ReferenceAgent
+from harness_gym.agents.factory import check_agent, make_agent, validate_agent
+from harness_gym.bench import (
+    BenchRunner,
+    compare_results,
+    load_records,
+    read_trajectory,
+    render_html,
+    render_text,
+    resolve_harnesses,
+    write_report,
+)
+from harness_gym.bench.runner import CALIBRATION, BenchAborted
 from harness_gym.design import TRAINING_SET, build_schedule, heldout_set, training_set
+from harness_gym.episode import Episode, run_suite
+from harness_gym.export import add_export_parser
+from harness_gym.model_export import export_model
+from harness_gym.serve import ModelServer
 from harness_gym.space import HarnessConfig, all_configs, neighbours
+from harness_gym.tasks import load_tasks, validate_suite
+from harness_gym.tasks.audit import audit, load_exploits
+from harness_gym.tasks.generator import generate
 from harness_gym.tool_formats import format_names
+from harness_gym.worlds import WorldError, build_world, list_worlds, load_world, remove_world
 
 CONFIG_SETS = {
     "training": lambda: list(TRAINING_SET),
@@ -75,12 +100,6 @@ def _cmd_schedule(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
-    from harness_gym.agents import ReferenceAgent
-    from harness_gym.episode import Episode, run_suite
-    from harness_gym.tasks import load_tasks
-
     configs = parse_configs(args.configs)
     tasks = [t for t in load_tasks(args.tasks) if t.solution]
     if not tasks:
@@ -123,9 +142,6 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     """Validate everything (harnesses, tasks, output folder, agent, endpoint) before the model
     loads or an episode starts, then run; a run whose episodes mostly error exits non-zero."""
-    from harness_gym.agents.factory import check_agent, make_agent, validate_agent
-    from harness_gym.bench import BenchRunner, load_records, resolve_harnesses, write_report
-    from harness_gym.bench.runner import CALIBRATION, BenchAborted
 
     options = {
         "model": args.model,
@@ -206,8 +222,6 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from harness_gym.bench import load_records, write_report
-
     paths = write_report(load_records(args.results), args.out or Path(args.results).parent)
     for kind, path in paths.items():
         print(f"{kind}: {path}")
@@ -215,8 +229,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from harness_gym.bench import compare_results, load_records
-
     result = compare_results(load_records(args.a), load_records(args.b))
     print(
         f"{result['shared_units']} (harness, task) pairs matched; dropped {result['only_a']} only in {args.a}"
@@ -239,8 +251,6 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_view(args: argparse.Namespace) -> int:
-    from harness_gym.bench import read_trajectory, render_html, render_text
-
     trajectory = read_trajectory(args.trajectory)
     if args.html:
         Path(args.html).write_text(render_html(trajectory), encoding="utf-8")
@@ -251,15 +261,7 @@ def _cmd_view(args: argparse.Namespace) -> int:
 
 
 def _cmd_tasks(args: argparse.Namespace) -> int:
-    from collections import Counter
-
-    from harness_gym.tasks import validate_suite
-
     if args.action == "generate":
-        from tqdm import tqdm
-
-        from harness_gym.tasks.generator import generate
-
         out = args.out or Path("generated-tasks")
         with tqdm(total=args.count, unit="task", desc="generating", file=sys.stderr) as bar:
             ids = generate(out, args.count, args.seed, progress=lambda n: bar.update(1))
@@ -300,11 +302,6 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
 
 def _cmd_audit(args: argparse.Namespace) -> int:
     """Run the exploit library against a suite; exit status 1 when any task is exploitable."""
-    from tqdm import tqdm
-
-    from harness_gym.tasks import load_tasks
-    from harness_gym.tasks.audit import audit, load_exploits
-
     tasks = load_tasks(args.suite)
     exploits = load_exploits(args.exploit_file, args.exploits.split(",") if args.exploits else None)
     with tqdm(total=len(tasks) * len(exploits), unit="run", desc="audit", file=sys.stderr) as bar:
@@ -317,8 +314,6 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
 
 def _cmd_export_model(args: argparse.Namespace) -> int:
-    from harness_gym.model_export import export_model
-
     folder = export_model(args.out, model=args.model, gguf_file=args.gguf_file, force=args.force)
     print(f"wrote {folder}; serve it with:")
     print(
@@ -329,8 +324,6 @@ def _cmd_export_model(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from harness_gym.serve import ModelServer
-
     server = ModelServer(args.model, args.gguf_file, args.host, args.port)
     print(f"serving {server.name} at {server.url} (OpenAI-compatible; Ctrl-C stops)", flush=True)
     with contextlib.suppress(KeyboardInterrupt):
@@ -339,8 +332,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_worlds(args: argparse.Namespace) -> int:
-    from harness_gym.worlds import WorldError, build_world, list_worlds, load_world, remove_world
-
     names = args.names
     if args.action == "list":
         rows = list_worlds()
@@ -372,8 +363,6 @@ def _cmd_worlds(args: argparse.Namespace) -> int:
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from harness_gym import doctor
-
     docker = {"auto": None, "require": True, "skip": False}[args.docker]
     checks = doctor.run_checks(workers=args.workers, docker=docker, clean=args.clean)
     print(json.dumps(doctor.as_records(checks)) if args.json else doctor.table(checks))
@@ -381,7 +370,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve_env(args: argparse.Namespace) -> int:
-    from harness_gym.env_server import EnvServer
+    from harness_gym.env_server import EnvServer  # needs the optional serve extra (fastapi, openenv)
 
     env_kwargs = json.loads(args.env_kwargs) if args.env_kwargs else {}
     if not isinstance(env_kwargs, dict):
@@ -577,7 +566,6 @@ def build_parser() -> argparse.ArgumentParser:
         "--ws-compression", action="store_true", help="compress WebSocket messages (slow links between machines)"
     )
     serve_env.set_defaults(func=_cmd_serve_env)
-    from harness_gym.export import add_export_parser
 
     add_export_parser(sub)  # export prompts | sft
 

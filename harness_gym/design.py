@@ -1,7 +1,7 @@
 """Experimental design over the harness space: which configurations to train on, which to hold
 out, and which configurations each task sees in which training step.
 
-Implements the Harness Scaling design (DESIGN.md section 1): the strength-2 orthogonal array of
+Implements the Harness Scaling design (arXiv 2610.29458, its method section): the strength-2 orthogonal array of
 18 training configurations, a held-out set of 18, the locality-aware task-to-harness assignment,
 and the ablation baselines of the paper so each can be reproduced.
 """

@@ -112,7 +112,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         spec: Mapping[str, Any] | str | Path | Harness | None = None,
         tasks: str | Sequence[Task] | None = None,
         sandbox: str | SandboxFactory | None = None,
-        sandbox_options: Mapping[str, Any] | None = None,
+        sandbox_options: Mapping[str, Any] | SandboxOptions | None = None,
         tool_call_format: str | None = None,
         max_steps: int | None = None,
         summarizer: Summarizer | None = None,
@@ -166,6 +166,12 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         self.last_grade: GradeResult | None = None  # the last episode's grading, log included
         self._rendered = 0  # transcript messages already printed in "human" render mode
         self._episode_spec_hash = self.spec_hash
+
+    @property
+    def sandbox_options(self) -> SandboxOptions:
+        """The validated sandbox options every sandbox of this environment gets (the spec's budget
+        filled in where ``sandbox_options`` did not say)."""
+        return self._sandbox_options
 
     # ------------------------------------------------------------------ gym API
 
@@ -257,10 +263,13 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             tool_errors=[],
             exit_codes=[],
             durations=[],
+            call_roles=[],
             workflow_feedback=[],
             hooks_fired=[],
         )
-        return _Turn(started, parsed, _assistant_message(action, parsed.calls), TurnRecord(self.steps, parsed.text), info)
+        return _Turn(
+            started, parsed, _assistant_message(action, parsed.calls), TurnRecord(self.steps, parsed.text), info
+        )
 
     def _gate_stage(self, turn: _Turn) -> bool:
         """The workflow gate (W) and the no-call rule; True when the calls are to be dispatched."""
@@ -320,6 +329,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             info["tool_errors"].append(outcome.tool_error)
         if outcome.exit_code is not None or outcome.executed:
             info["exit_codes"].append(outcome.exit_code)
+            info["call_roles"].append(outcome.hook_call.role if outcome.hook_call else "other")
         if outcome.ran_command:
             info["durations"].append(outcome.seconds)
         if outcome.turn_entry is not None:

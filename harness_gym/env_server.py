@@ -358,7 +358,7 @@ class EnvServer:
         config = uvicorn.Config(
             self.app,
             log_level="warning",
-            timeout_graceful_shutdown=graceful_timeout_s,
+            timeout_graceful_shutdown=round(graceful_timeout_s),
             ws_max_size=64 * 1024 * 1024,
             # compressing every observation costs CPU on both ends for no gain on loopback or a
             # datacenter network; worth it only on slow links between machines

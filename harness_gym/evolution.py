@@ -1,4 +1,4 @@
-"""Evolving the harness with the policy (HarnessAdapt-RL, DESIGN.md section 2).
+"""Evolving the harness with the policy (HarnessAdapt-RL, the paper's method section).
 
 One round: a proposer reads the current policy's trajectories and the current spec and proposes a
 candidate spec; the candidate must pass validation (schema, then a sandbox smoke test: every new
@@ -13,7 +13,7 @@ import copy
 import json
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -220,9 +220,7 @@ def validate_candidate(
     problems: list[str] = []
     old_tools = {t["name"]: t for t in (current or {}).get("tools", [])}
     new_tools = [
-        t
-        for t in candidate["tools"]
-        if old_tools.get(t["name"]) != t and tool_role(t) not in ("finish", "unavailable")
+        t for t in candidate["tools"] if old_tools.get(t["name"]) != t and tool_role(t) not in ("finish", "unavailable")
     ]
     old_hooks = {h["name"]: h for h in (current or {}).get("hooks", [])}
     new_hooks = [h for h in candidate.get("hooks", []) if old_hooks.get(h["name"]) != h]
@@ -287,10 +285,6 @@ class ComparisonSide:
     @property
     def outcomes(self) -> list[Outcome]:
         return [Outcome(r.task_id, r.reward, r.truncated) for r in self.results]
-
-    @property
-    def rates(self) -> RateSummary:
-        return RateSummary.of(self.outcomes)
 
 
 def rollout(
@@ -490,10 +484,3 @@ def evolve(
         if on_round is not None:
             on_round(round_index, decision)
     return EvolutionResult(current, accepted, entries)
-
-
-def iter_task_groups(results: Iterable[EpisodeResult]) -> dict[str, list[EpisodeResult]]:
-    out: dict[str, list[EpisodeResult]] = {}
-    for result in results:
-        out.setdefault(result.task_id, []).append(result)
-    return out

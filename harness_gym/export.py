@@ -29,10 +29,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
-
 from harness_gym.chat import chat_messages
-from harness_gym.env import HarnessEnv
+from harness_gym.env import make_env
+from harness_gym.errors import HarnessSpecError
 from harness_gym.records import read_trajectory, resolve_harnesses
 from harness_gym.requests import RolloutRequest, resolve_harness
 from harness_gym.tasks import load_tasks
@@ -66,9 +65,7 @@ def prompt_rows(
     tasks = load_tasks(suite)[:task_limit] if task_limit else load_tasks(suite)
     rows = []
     for harness in harness_refs(harnesses):
-        env = HarnessEnv(
-            resolve_harness(harness), tasks=tasks, resample_names=resample_names, include_skills=include_skills
-        )
+        env = make_env(resolve_harness(harness), tasks, resample_names=resample_names, include_skills=include_skills)
         try:
             for repeat in range(repeats):
                 for task in tasks:
@@ -135,11 +132,10 @@ def episode_tools(episode: Mapping[str, Any], tasks: str) -> list[dict[str, Any]
     """The tool schemas an episode saw, rebuilt from its harness, task and seed, and checked
     against the spec hash the trajectory recorded."""
     harness = str(episode.get("harness"))
-    env = gym.make(harness, tasks=tasks) if harness in gym.registry else None
-    if env is None:
-        raise ValueError(
-            f"harness {harness!r} of the trajectory is not a registered environment; cannot rebuild its tools"
-        )
+    try:
+        env = make_env(harness, tasks)
+    except HarnessSpecError as exc:
+        raise ValueError(f"cannot rebuild the tools of the trajectory's harness {harness!r}: {exc}") from None
     try:
         _, info = env.reset(seed=episode.get("seed"), options={"task_id": episode.get("task_id")})
         if episode.get("spec_hash") and info["spec_hash"] != episode["spec_hash"]:

@@ -21,6 +21,7 @@ from typing import Any
 from harness_gym.budget import Budget
 from harness_gym.errors import HarnessSpecError
 from harness_gym.factors import compile_config
+from harness_gym.presets import PRESETS, load_preset, preset_path
 from harness_gym.space import FACTORS, HarnessConfig
 from harness_gym.spec import load_spec, resolve_spec, spec_hash, validate_spec
 from harness_gym.tools.roles import tool_role
@@ -79,8 +80,6 @@ class Harness:
             raise HarnessSpecError(f"the harness reference is empty; it must be {_accepted()}")
         versioned = _VERSIONED_ID.match(text)
         short = versioned.group("id") if versioned else text
-        from harness_gym.presets import PRESETS, load_preset, preset_path
-
         if short in PRESETS:
             return cls.from_spec(load_preset(short), source=str(preset_path(short)))
         if text.endswith(SPEC_SUFFIXES) or Path(text).is_file():
@@ -154,7 +153,5 @@ class Harness:
 
 
 def _accepted() -> str:
-    from harness_gym.presets import PRESETS
-
     items = [item.format(presets=", ".join(sorted(PRESETS))) for item in ACCEPTED]
     return "one of: " + "; ".join(items)

@@ -154,14 +154,6 @@ def paired_bootstrap(
     return Interval(float(estimate), float(np.quantile(diffs, tail)), float(np.quantile(diffs, 1 - tail)))
 
 
-def outcomes_from_records(records: Iterable[Mapping[str, object]]) -> list[Outcome]:
-    """Outcomes from episode records (``task_id``/``task``, ``reward``, ``truncated``)."""
-    return [
-        Outcome(str(r.get("task_id", r.get("task"))), float(r["reward"]), bool(r.get("truncated", False)))  # type: ignore[arg-type]
-        for r in records
-    ]
-
-
 # --------------------------------------------------------------------------- tool calls per format
 
 
@@ -177,6 +169,17 @@ def tool_calls_by_format(step_infos: Iterable[Mapping[str, object]]) -> dict[str
             entry = counts.setdefault(str(call.get("format") or "unknown"), {"calls": 0, "parse_errors": 0})
             entry["calls"] += 1
             entry["parse_errors"] += bool(call.get("error"))
+    return counts
+
+
+def tool_calls_by_role(step_infos: Iterable[Mapping[str, object]]) -> dict[str, int]:
+    """Calls that ran, per role of their tool (``shell``, ``edit``, ``test``, ...; see
+    :mod:`harness_gym.tools.roles`): what an agent did, whatever the harness names its tools."""
+    counts: dict[str, int] = {}
+    for info in step_infos:
+        roles = info.get("call_roles") or []
+        for role in roles if isinstance(roles, list) else []:
+            counts[str(role)] = counts.get(str(role), 0) + 1
     return counts
 
 

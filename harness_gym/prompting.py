@@ -14,7 +14,7 @@ from harness_gym.tool_formats import text_messages as _family_text_messages
 TEXT_FORMATS = tuple(name for name in format_names() if name != "auto")
 TOOL_MODES = ("native", "native-strict", "auto", *TEXT_FORMATS)
 # a tool no template invents: if its name is missing from the rendered prompt, the tools were dropped
-PROBE_TOOL = {
+PROBE_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "harness_gym_probe_tool",

@@ -16,8 +16,8 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.envs.registration import WrapperSpec
 
-from harness_gym.factors import compile_config
-from harness_gym.presets import PRESETS, load_preset, preset_path
+from harness_gym.harness import Harness
+from harness_gym.presets import PRESETS
 from harness_gym.space import BASE_CONFIG, all_configs
 
 ENTRY_POINT = "harness_gym.env:HarnessEnv"
@@ -51,12 +51,12 @@ def register_all() -> list[str]:
         if env_id in gym.registry and versioned_id(env_id) in gym.registry:
             ids += [env_id, versioned_id(env_id)]
             continue
-        budget = load_preset(env_id)["budget"]["max_steps"]
-        ids += _register(env_id, budget, entry_point=ENTRY_POINT, kwargs={"spec": str(preset_path(env_id))})
+        harness = Harness.resolve(env_id)
+        ids += _register(env_id, harness.budget.max_steps, entry_point=ENTRY_POINT, kwargs={"spec": harness.source})
     # a spec given at make time has its own budget, unknown here: the environment enforces it itself
     ids += _register("HarnessAdapt", None, entry_point="harness_gym.env:make_spec_env")
     # the step budget is a property of the base spec that no factor level changes (tests check all 243)
-    budget = compile_config(BASE_CONFIG)["budget"]["max_steps"]
+    budget = Harness.resolve(BASE_CONFIG).budget.max_steps
     for config in all_configs():
         ids += _register(
             config.env_id, budget, entry_point=ENTRY_POINT, kwargs={"config": config.code}, nondeterministic=False

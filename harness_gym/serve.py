@@ -53,7 +53,7 @@ class ModelServer:
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{host!s}:{port}/v1"
 
     def start(self) -> ModelServer:
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -65,7 +65,7 @@ class ModelServer:
         self.httpd.server_close()
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
-        import torch
+        import torch  # the optional hf extra (heavy): imported once a request needs the model
 
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:

@@ -8,19 +8,11 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import NamedTuple
 
 FACTORS: tuple[str, ...] = ("S", "T", "O", "C", "W")
-FACTOR_NAMES: dict[str, str] = {
-    "S": "system prompt",
-    "T": "tool interface",
-    "O": "observation format",
-    "C": "context management",
-    "W": "workflow",
-}
 LEVELS: int = 3
-LEVEL_NAMES: tuple[str, ...] = ("base", "variant I", "variant II")
 ENV_PREFIX = "Harness-"
 
 _ID_PATTERN = re.compile(r"^(?:Harness-)?S([0-2])T([0-2])O([0-2])C([0-2])W([0-2])$")
@@ -107,9 +99,3 @@ def neighbours(config: HarnessConfig | str, distance: int = 1) -> list[HarnessCo
     """All configurations at exactly ``distance`` from ``config`` (10 at distance 1)."""
     center = HarnessConfig.parse(config)
     return [other for other in all_configs() if hamming(center, other) == distance]
-
-
-def iter_configs(items: Iterable[HarnessConfig | str]) -> Iterator[HarnessConfig]:
-    """Parse every item of an iterable of ids or configurations."""
-    for item in items:
-        yield HarnessConfig.parse(item)

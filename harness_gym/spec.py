@@ -23,8 +23,6 @@ import yaml
 from harness_gym.budget import BUDGET_DEFAULTS as BUDGET_DEFAULTS  # re-exported; its home is harness_gym.budget
 from harness_gym.errors import HarnessSpecError
 
-SPEC_VERSION = 1
-
 
 class SpecError(HarnessSpecError):
     """A harness spec is invalid; the message names the JSON path of the problem."""

@@ -19,12 +19,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from harness_gym.errors import ToolCallError
-from harness_gym.tool_formats import ParsedAction, ToolCall, format_names, get_format, parse_text
+from harness_gym.tool_formats import ParsedAction, ToolCall, format_names, parse_text
 from harness_gym.tool_formats.base import arguments_object, dumps_safe
 
 FORMATS = format_names()
-HERMES_EXAMPLE = get_format("hermes").example
-XML_EXAMPLE = get_format("qwen3_xml").example
 _OPENAI_CALL_EXAMPLE = (
     'each tool call must look like {"id": ..., "type": "function", "function": {"name": ..., "arguments": "<JSON>"}}'
 )

@@ -39,7 +39,7 @@ class JsonSlots:
         base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
         self.directory = tempfile.mkdtemp(prefix="harness-gym-vector-", dir=base)
         self.n = n
-        self.versions = ctx.Array("q", n)  # type: ignore[attr-defined]
+        self.versions = ctx.Array("q", n)
         self._cache: dict[int, tuple[int, Any]] = {}
         weakref.finalize(self, _remove_directory, self.directory, os.getpid())
 

@@ -25,7 +25,7 @@ class GradeTruncation(gym.Wrapper[dict[str, Any], Any, dict[str, Any], Any]):
         """``gym.make(id, max_steps=N)`` changes the harness's budget but not the registered
         ``TimeLimit``: move that limit to the budget, so ``spec.max_episode_steps`` keeps reporting
         it. A ``max_episode_steps`` given to ``gym.make`` (one unlike the registered) stays as given."""
-        harness = self.env.unwrapped
+        harness: Any = self.env.unwrapped  # a HarnessEnv (the engine sits a layer above this module)
         budget = getattr(harness, "harness_spec", {}).get("budget", {}).get("max_steps")
         time_limit = self.env
         while isinstance(time_limit, gym.Wrapper) and not isinstance(time_limit, gym.wrappers.TimeLimit):
@@ -43,10 +43,10 @@ class GradeTruncation(gym.Wrapper[dict[str, Any], Any, dict[str, Any], Any]):
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         observation, reward, terminated, truncated, info = self.env.step(action)
-        harness = self.env.unwrapped
+        harness: Any = self.env.unwrapped  # a HarnessEnv (the engine sits a layer above this module)
         if (terminated or truncated) and not harness.done:
             limit = self.env.spec.max_episode_steps if self.env.spec is not None else None
             reward, graded = harness.truncate(f"Gymnasium TimeLimit of {limit} steps reached")
             info = {**info, **graded}
             truncated = True
-        return observation, reward, terminated, truncated, info
+        return observation, float(reward), terminated, truncated, info

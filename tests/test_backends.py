@@ -7,7 +7,8 @@ from conftest import requires_bwrap
 
 from harness_gym import HarnessEnv
 from harness_gym.agents import ReferenceAgent, run_episode
-from harness_gym.sandboxes import BubblewrapSandbox, SandboxError, choose_backend
+from harness_gym.sandboxes import BubblewrapSandbox, DockerSandbox, SandboxError, choose_backend
+from harness_gym.sandboxes.base import SandboxBackend
 from harness_gym.sandboxes.unsafe import ALLOW_VARIABLE, UnsafeHostSandbox, UnsandboxedHostWarning
 
 
@@ -59,3 +60,25 @@ def test_custom_sandbox_factory_is_used():
     env.reset(seed=1)
     assert len(made) == 1 and env.sandbox is made[0]
     env.close()
+
+
+def test_every_backend_starts_and_grades_through_the_shared_code():
+    """Starting and grading are written once (SandboxBackend); a backend supplies only hooks."""
+    for backend in (BubblewrapSandbox, DockerSandbox, UnsafeHostSandbox):
+        assert issubclass(backend, SandboxBackend)
+        assert "start" not in vars(backend) and "grade" not in vars(backend), backend.__name__
+
+
+def test_unsandboxed_checks_the_mount_path_like_every_backend(monkeypatch, tmp_path):
+    monkeypatch.setenv(ALLOW_VARIABLE, "1")
+    sandbox = UnsafeHostSandbox()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UnsandboxedHostWarning)
+            with pytest.raises(SandboxError, match="would cover the sandbox's own /usr"):
+                sandbox.start(sandbox.new_workspace(), "/usr/local/workspace")
+            with pytest.raises(SandboxError, match="not a directory"):
+                sandbox.start(tmp_path / "missing", "/workspace-unsafe-test")
+    finally:
+        sandbox.close()
+    assert not (tmp_path / "missing").exists()

@@ -18,6 +18,7 @@ from harness_gym.budget import BUDGET_DEFAULTS, Budget, effective_command_timeou
 from harness_gym.env import CallOutcome, make_env
 from harness_gym.factors import compile_config
 from harness_gym.harness import Harness
+from harness_gym.metrics import tool_calls_by_role
 from harness_gym.presets import PRESETS, load_preset, preset_path
 from harness_gym.records import episode_seed, plan_episodes, resolve_harnesses
 from harness_gym.sandboxes.options import SandboxOptions, SandboxOptionsError
@@ -124,7 +125,12 @@ def test_the_budget_defaults_have_one_home():
     budget = Budget(max_steps=1)
     options = SandboxOptions()
     shell = {k: v.default for k, v in inspect.signature(ShellSandbox.__init__).parameters.items()}
-    assert budget.command_timeout_s == options.command_timeout_s == shell["command_timeout_s"] == defaults["command_timeout_s"]
+    assert (
+        budget.command_timeout_s
+        == options.command_timeout_s
+        == shell["command_timeout_s"]
+        == defaults["command_timeout_s"]
+    )
     assert budget.output_limit_chars == options.output_limit_chars == shell["output_limit_chars"]
     assert budget.output_limit_chars == defaults["output_limit_chars"]
     # no Python module writes the numbers again as a default of its own
@@ -151,15 +157,21 @@ def test_the_effective_command_timeout_is_the_least_of_its_limits():
     assert effective_command_timeout(60.0) == (60.0, "")
     assert effective_command_timeout(60.0, 12.5) == (12.5, "")
     assert effective_command_timeout(10.0, 100.0, requested=5) == (5.0, "")
-    assert effective_command_timeout(10.0, 100.0, requested=30) == (10.0, "[timeout capped at 10 s, the limit per command]")
-    assert effective_command_timeout(10.0, 4.0, requested=30_000, unit_s=0.001) == (4.0, "[timeout capped at 4 s, the limit per command]")
+    assert effective_command_timeout(10.0, 100.0, requested=30) == (
+        10.0,
+        "[timeout capped at 10 s, the limit per command]",
+    )
+    assert effective_command_timeout(10.0, 4.0, requested=30_000, unit_s=0.001) == (
+        4.0,
+        "[timeout capped at 4 s, the limit per command]",
+    )
     assert effective_command_timeout(10.0, None, requested="nan")[0] is None
     assert effective_command_timeout(10.0, None, requested=-1)[0] is None
     # the sandbox ceiling: explicit sandbox_options win over the spec's budget, which wins over the default
     preset = "harness_gym/presets/claude_code_style.yaml"
-    assert HarnessEnv(spec=preset)._sandbox_options.command_timeout_s == 120.0
-    assert HarnessEnv(spec=preset, sandbox_options={"command_timeout_s": 7})._sandbox_options.command_timeout_s == 7
-    assert HarnessEnv("S0T0O0C0W0")._sandbox_options.command_timeout_s == BUDGET_DEFAULTS["command_timeout_s"]
+    assert HarnessEnv(spec=preset).sandbox_options.command_timeout_s == 120.0
+    assert HarnessEnv(spec=preset, sandbox_options={"command_timeout_s": 7}).sandbox_options.command_timeout_s == 7
+    assert HarnessEnv("S0T0O0C0W0").sandbox_options.command_timeout_s == BUDGET_DEFAULTS["command_timeout_s"]
 
 
 # ---------------------------------------------------------------------------- tool roles
@@ -201,8 +213,11 @@ def test_hooks_see_edits_and_test_runs_made_through_claude_code_style_tools():
     env.reset(seed=0)
     root = env.task.mount_path
 
+    env_infos: list[dict] = []
+
     def act(name: str, **arguments: object) -> dict:
-        return env.step(f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>")[4]
+        env_infos.append(env.step(f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>")[4])
+        return env_infos[-1]
 
     try:
         info = act("Write", file_path=f"{root}/note.py", content="x = 1\n")
@@ -216,6 +231,7 @@ def test_hooks_see_edits_and_test_runs_made_through_claude_code_style_tools():
         info = act("Bash", command="echo 3 > note.txt")
         assert info["hooks_fired"] == ["unverified", "shell_used"]  # an edit through the shell
         assert [c.role for c in env.hook_state.calls] == ["edit", "edit", "shell", "shell"]
+        assert tool_calls_by_role(env_infos) == {"edit": 2, "shell": 2}
     finally:
         env.close()
 
@@ -242,7 +258,9 @@ def test_run_call_returns_an_outcome_and_changes_nothing_of_the_step():
             for i in range(2)
         )
         _, _, _, _, info = env.step(two)
-        assert info["exit_codes"] == [0] and info["tool_errors"] == ["Not executed: at most 1 tool calls run per message."]
+        assert info["exit_codes"] == [0] and info["tool_errors"] == [
+            "Not executed: at most 1 tool calls run per message."
+        ]
         assert env.records[-1].calls[0]["role"] == "shell"
     finally:
         env.close()
@@ -277,8 +295,10 @@ def test_run_suite_and_check_run_the_planned_seeds(tmp_path, monkeypatch):
     assert [e.seed for e in episodes] == seen == [s for _, _, s in suite_plan(tasks, 1, 3)] == [3, 4]
     assert [e.result.reward for e in episodes] == [1.0, 1.0] and {e.harness for e in episodes} == {"Harness-S0T0O0C0W0"}
     # `harness-gym check` goes through the same loop (on these two tasks): it records the same seeds
-    monkeypatch.setattr("harness_gym.tasks.load_tasks", lambda selection: tasks)
+    monkeypatch.setattr("harness_gym.cli.load_tasks", lambda selection: tasks)
     out = tmp_path / "check.jsonl"
     assert main(["check", "--configs", "S0T0O0C0W0", "--tasks", "builtin", "--seed", "3", "--out", str(out)]) == 0
     lines = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [(line["task"], line["seed"], line["reward"]) for line in lines] == [(t.id, s, 1.0) for t, _, s in suite_plan(tasks, 1, 3)]
+    assert [(line["task"], line["seed"], line["reward"]) for line in lines] == [
+        (t.id, s, 1.0) for t, _, s in suite_plan(tasks, 1, 3)
+    ]

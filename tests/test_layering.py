@@ -220,6 +220,42 @@ def test_nothing_below_imports_the_top(top):
     assert below == []
 
 
+# imports of project modules made inside a function, each with its reason
+LAZY_PROJECT_IMPORTS = {("harness_gym.cli", "harness_gym.env_server")}  # needs the optional serve extra
+
+
+def _function_level_imports(module: str) -> set[str]:
+    """The project modules ``module`` imports inside functions (``if TYPE_CHECKING:`` aside)."""
+    tree = ast.parse(MODULES[module].read_text(encoding="utf-8"))
+    inner: set[str] = set()
+    for function in ast.walk(tree):
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in _import_nodes(function):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                else:
+                    names = [f"{node.module}.{alias.name}" for alias in node.names] if not node.level else []
+                inner |= {owner for name in names if (owner := _owner(name)) is not None}
+    return inner
+
+
+def test_project_imports_sit_at_module_level():
+    """Function-level imports hide dependencies (and cycles) until run time; only optional heavy
+    third-party ones may wait."""
+    lazy = {(module, target) for module in MODULES for target in _function_level_imports(module)}
+    assert lazy - LAZY_PROJECT_IMPORTS == set()
+
+
+BACKENDS = ("harness_gym.sandboxes.bubblewrap", "harness_gym.sandboxes.docker", "harness_gym.sandboxes.unsafe")
+
+
+def test_backends_are_reached_only_through_the_sandbox_interface():
+    """What backends share (mount-path checks, grading, the shell) lives in sandboxes.base and
+    sandboxes.shell; only the package (which registers them) and doctor (which tests each) import one."""
+    importers = {module for module, targets in GRAPH.items() if any(target in BACKENDS for target in targets)}
+    assert importers <= {"harness_gym.sandboxes", "harness_gym.doctor"}
+
+
 def test_the_checker_sees_cycles_and_upward_imports():
     """The checks can fail: a made-up cycle and a made-up upward import are found."""
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -101,7 +101,7 @@ class TransformersEngine:
         return await asyncio.to_thread(self._generate, list(prompt_token_ids), params, seed)
 
     def _generate(self, prompt: list[int], params: Any, seed: int) -> RequestOutput:
-        import torch
+        import torch  # heavy: only the Transformers engine on a CPU node needs it
 
         max_tokens = params.max_tokens or 256
         stops = sorted(set(self.stop_token_ids) | set(getattr(params, "stop_token_ids", None) or []))
@@ -165,14 +165,14 @@ class VLLMEngine:
     ``vllm.AsyncEngineArgs`` (``max_model_len``, ``dtype``, ``gpu_memory_utilization``, ...)."""
 
     def __init__(self, model: str, **engine_args: Any) -> None:
-        import vllm
+        import vllm  # GPU nodes only (openrlhf[vllm])
 
         self.engine = vllm.AsyncLLMEngine.from_engine_args(vllm.AsyncEngineArgs(model=model, **engine_args))
 
     async def generate(
         self, prompt_token_ids: Sequence[int], sampling_params: Any, multi_modal_data: Any = None
     ) -> Any:
-        from vllm.inputs import TokensPrompt
+        from vllm.inputs import TokensPrompt  # GPU nodes only (openrlhf[vllm])
 
         if multi_modal_data:
             raise ValueError("VLLMEngine here serves text-only rollouts")

@@ -1,6 +1,6 @@
 """The HarnessAdapt-RL loop: the harness H = (H0, T, K) evolves with the policy, epoch by epoch.
 
-Per epoch (DESIGN.md §2):
+Per epoch (HarnessAdapt-RL §method):
 
 1. serve the current policy (vLLM's OpenAI-compatible server on the last checkpoint) and roll it out
    on the current harness: the prep rollouts;

@@ -3,14 +3,13 @@ dataset step and the OpenRLHF job (:class:`LaunchPlan`), and check every Ray nod
 
 The HarnessAdapt loop (:mod:`trainers.harnessadapt`) plans one job per epoch with it."""
 
-
 from __future__ import annotations
 
 import json
 import secrets
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -139,7 +138,6 @@ class LaunchPlan:
     flags: dict[str, Any]
     runtime_env: dict[str, Any]
     address: str
-    extra_env: dict[str, str] = field(default_factory=dict)
 
     @property
     def argv(self) -> list[str]:

@@ -75,7 +75,7 @@ def training_metrics(records: Sequence[Mapping[str, Any]], threshold: float = 1.
 
 def plot(metrics: Mapping[str, Any], path: str | Path) -> None:
     """Pass rate and trainable rate per training step (needs matplotlib: ``harness-gym[bench]``)."""
-    import matplotlib
+    import matplotlib  # the optional bench extra, needed only for plots
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

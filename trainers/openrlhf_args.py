@@ -22,8 +22,6 @@ from typing import Any
 
 from harness_gym.errors import HarnessGymError
 
-TRAIN_MODULE = "openrlhf.cli.train_ppo_ray"
-
 
 class FlagError(HarnessGymError, ValueError):
     """A recipe's OpenRLHF flags do not parse with OpenRLHF's parser."""

@@ -46,7 +46,7 @@ def ordered(setup_dataloader: Any) -> Any:
 def keep_prompt_order() -> None:
     """Ray worker setup hook. A no-op where OpenRLHF's DeepSpeed strategy cannot be imported."""
     try:
-        from openrlhf.utils.deepspeed import deepspeed as strategy_module
+        from openrlhf.utils.deepspeed import deepspeed as strategy_module  # OpenRLHF workers only
     except ImportError:
         return
     strategy = strategy_module.DeepspeedStrategy

@@ -116,7 +116,7 @@ class HarnessAgentInstance(AgentInstanceBase):
         return env, observation
 
     async def step(self, states: dict, **kwargs: Any) -> dict:
-        import torch
+        import torch  # heavy; present in OpenRLHF's workers, not needed to plan rollouts
 
         assert self.env is not None, "reset() first"
         observation, reward, terminated, truncated, info = await self._call(self.env.step, states["action_text"])
@@ -150,7 +150,7 @@ class HarnessAgentInstance(AgentInstanceBase):
 
     async def truncate(self, reason: str) -> dict:
         """End the episode early (the token budget ran out) and grade what is there."""
-        import torch
+        import torch  # heavy; present in OpenRLHF's workers, not needed to plan rollouts
 
         assert self.env is not None
         reward, info = await self._call(self.env.truncate, reason)

@@ -111,7 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = ExecutorSettings(sandbox=args.sandbox, max_steps=args.max_steps)
     executor = HarnessAgentExecutor(settings)
     if args.engine == "vllm":
-        import vllm
+        import vllm  # GPU nodes only (openrlhf[vllm])
         from transformers import AutoTokenizer
 
         if not args.model:
@@ -120,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         engine: Any = VLLMEngine(args.model, max_model_len=args.max_len, gpu_memory_utilization=args.vllm_memory)
         params: Any = vllm.SamplingParams(temperature=args.temperature, max_tokens=args.max_new_tokens, logprobs=1)
     else:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoModelForCausalLM, AutoTokenizer  # heavy: only this engine needs it
 
         if args.model:
             tokenizer = AutoTokenizer.from_pretrained(args.model)

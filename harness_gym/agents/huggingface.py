@@ -46,7 +46,7 @@ def load_model(model: str | None = None, gguf_file: str | None = None) -> tuple[
     with _LOADING:
         if key not in _MODELS:
             try:
-                import torch
+                import torch  # the optional hf extra, imported only when a model is loaded
                 from transformers import AutoModelForCausalLM, AutoTokenizer
             except ImportError as exc:
                 raise RuntimeError(
@@ -140,7 +140,7 @@ class HFAgent:
         return encoded["input_ids"] if hasattr(encoded, "keys") else encoded
 
     def act(self, observation: Mapping[str, Any]) -> str:
-        import torch
+        import torch  # the optional hf extra (heavy): imported only by a loaded model's agent
 
         if self.tool_mode == "native":
             self._tools = list(observation["tools"])

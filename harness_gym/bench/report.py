@@ -202,13 +202,13 @@ def summarize(records: Sequence[Mapping[str, Any]], *, resamples: int = 2000, se
     if in_space:
         grand = _mean([float(succeeded(r)) for r in in_space])
         for index, factor in enumerate(FACTORS):
-            levels = {}
+            levels: dict[str, float | None] = {}
             for level in range(3):
                 values = [float(succeeded(r)) for r in in_space if HarnessConfig.parse(r["config"])[index] == level]
                 levels[str(level)] = (_mean(values) - grand) if values else None
             summary["main_effects"][factor] = levels
         for (i, a), (j, b) in itertools.combinations(enumerate(FACTORS), 2):
-            table = [[None] * 3 for _ in range(3)]
+            table: list[list[float | None]] = [[None] * 3 for _ in range(3)]
             for la in range(3):
                 for lb in range(3):
                     values = [
@@ -389,8 +389,8 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
             "|---|---|---|---|",
         ]
         for factor, levels in summary["main_effects"].items():
-            cells = [("–" if v is None else f"{100 * v:+.1f}") for v in levels.values()]
-            lines.append(f"| {factor} | " + " | ".join(cells) + " |")
+            effects = [("–" if v is None else f"{100 * v:+.1f}") for v in levels.values()]
+            lines.append(f"| {factor} | " + " | ".join(effects) + " |")
         lines += ["", "## Pairwise interactions (Pass@1 %, rows: first factor's level, columns: second's)", ""]
         for pair, table in summary["interactions"].items():
             lines += [f"**{pair}**", "", "| | 0 | 1 | 2 |", "|---|---|---|---|"]
@@ -405,7 +405,7 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
 def write_plots(summary: Mapping[str, Any], out_dir: Path) -> list[Path]:
     """factor_effects.png (heatmap) and classes.png (bars with 95% CIs); none without matplotlib."""
     try:
-        import matplotlib
+        import matplotlib  # the optional bench extra, needed only for plots
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt

@@ -26,18 +26,17 @@ from harness_gym.agents.factory import make_agent
 from harness_gym.env import make_env
 from harness_gym.errors import BenchError
 from harness_gym.llm_client import LLMError
-from harness_gym.metrics import tool_calls_by_format
+from harness_gym.metrics import tool_calls_by_format, tool_calls_by_role
 from harness_gym.records import EpisodePlan, HarnessChoice, ResultsFile, plan_episodes, write_trajectory
 from harness_gym.sandboxes.isolation import die_with_parent
 from harness_gym.tasks import Task, load_tasks
 
 CALIBRATION = ("reference", "null")  # agents whose Pass@1 is known: 1.0 and 0.0 in every harness
-ERROR_KINDS = ("agent", "endpoint", "env", "grader")
 
 
 
 class EpisodeFailure(BenchError):
-    """An exception while running an episode, with the part that raised it (``ERROR_KINDS``)."""
+    """An exception while running an episode, with the part that raised it: ``agent``, ``endpoint``, ``env`` or ``grader``."""
 
     def __init__(self, kind: str, error: BaseException) -> None:
         super().__init__(f"{type(error).__name__}: {error}")
@@ -163,6 +162,7 @@ def episode_record(base: Mapping[str, Any], result: Any, agent: Any, seconds: fl
         "tool_errors": tool_errors,
         "no_call_steps": sum(1 for i in steps if not i.get("parsed_calls")),
         "tool_calls_by_format": tool_calls_by_format(steps),
+        "tool_calls_by_role": tool_calls_by_role(steps),
         "tokens": {"prompt": int(usage.get("prompt_tokens", 0)), "completion": int(usage.get("completion_tokens", 0))},
         "durations": {"episode_s": seconds, "agent_s": result.agent_s, "env_s": max(seconds - result.agent_s, 0.0)},
         "spec_hash": result.spec_hash,

@@ -21,8 +21,6 @@ import numpy as np
 from harness_gym.spec import load_variant_file
 from harness_gym.tools.roles import tool_role
 
-CANONICAL_TOOLS = ("execute_bash", "file_editor", "finish")
-
 
 def fragment(level: int) -> dict[str, Any]:
     """The ``tools`` (and ``tool_naming``) part of the spec at this level."""

@@ -152,8 +152,3 @@ def make_env(
 ) -> HarnessEnv:
     """A :class:`HarnessEnv` for a harness reference (configuration id, preset, spec file or mapping)."""
     return build_env(resolve_harness(harness), tasks, **options)  # the one way to build one
-
-
-def step_messages(info: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """What the environment answered this step (the turn API's ``new_messages``)."""
-    return [dict(m) for m in info.get("new_messages", [])]

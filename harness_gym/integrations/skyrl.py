@@ -104,7 +104,7 @@ class HarnessTextEnv(BaseTextEnv):
 
 def register_skyrl_env(env_class: str = ENV_CLASS) -> str:
     """Register :class:`HarnessTextEnv` in SkyRL-gym's registry under ``env_class`` (idempotent)."""
-    import skyrl_gym
+    import skyrl_gym  # the optional skyrl extra, needed only to register there
 
     if env_class not in skyrl_gym.registry:
         skyrl_gym.register(id=env_class, entry_point="harness_gym.integrations.skyrl:HarnessTextEnv")

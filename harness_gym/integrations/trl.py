@@ -24,6 +24,7 @@ import inspect
 import json
 import keyword
 from collections.abc import Callable, Mapping, Sequence
+from types import GenericAlias
 from typing import Any
 
 from harness_gym.chat import chat_messages
@@ -49,7 +50,7 @@ def _python_type(name: str, schema: Mapping[str, Any], tool: str) -> Any:
     kind = schema.get("type")
     if kind == "array":
         item = schema.get("items", {}).get("type")
-        return list[_PY_TYPES[item]] if item in _PY_TYPES else list
+        return GenericAlias(list, (_PY_TYPES[item],)) if item in _PY_TYPES else list  # list[<type>], built at run time
     if kind in _PY_TYPES:
         return _PY_TYPES[kind]
     raise UnsupportedHarness(
@@ -113,7 +114,7 @@ def tool_method(tool: BoundTool) -> Callable[..., str]:
 
 def _check_schema(method: Callable[..., Any], tool: BoundTool) -> None:
     """The schema TRL will show must name the same parameters, types, requirements and choices."""
-    from transformers.utils import get_json_schema
+    from transformers.utils import get_json_schema  # heavy (transformers): only for this check
 
     shown = get_json_schema(method)["function"]
     parameters = shown["parameters"]
@@ -281,11 +282,13 @@ class HarnessGRPOTrainer(GRPOTrainer):
             environment_factory = {k: _bound_factory(f) for k, f in environment_factory.items()}
         elif environment_factory is not None:
             environment_factory = _bound_factory(environment_factory)
-        super().__init__(*args, environment_factory=environment_factory, **kwargs)
+        kwargs["environment_factory"] = environment_factory
+        super().__init__(*args, **kwargs)
 
     def _tool_call_loop(self, *args: Any, **kwargs: Any) -> Any:
         completions = kwargs["completions"] if "completions" in kwargs else args[3]
-        for environment, turns in zip(self.environments or [], completions, strict=False):
+        environments: list[Any] = self.environments or []
+        for environment, turns in zip(environments, completions, strict=False):
             if isinstance(environment, HarnessToolEnvironment):
                 environment._bind_turns(turns)
         return super()._tool_call_loop(*args, **kwargs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.metadata
@@ -10,13 +11,14 @@ import posixpath
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from harness_gym.errors import SandboxError
-from harness_gym.sandboxes.isolation import remove_tree, shared_temp_dir
+from harness_gym.sandboxes.isolation import grader_folder, remove_tree, shared_temp_dir
 from harness_gym.sandboxes.options import SandboxOptions
 
 # Paths inside every sandbox. The harness's own files live under HARNESS_DIR, read-only.
@@ -24,7 +26,6 @@ HARNESS_DIR = "/.harness"
 TOOLS_DIR = f"{HARNESS_DIR}/tools"
 ORIGINAL_DIR = f"{HARNESS_DIR}/original"  # the starting workspace, read-only, under a layered workspace
 BIN_DIR = f"{HARNESS_DIR}/bin"  # execute-only copies of the shell and Python (see sealed_binaries_dir)
-CONTROL_DIR = f"{HARNESS_DIR}/ctl"
 GRADER_DIR = f"{HARNESS_DIR}/grader"
 GRADER_INIT_DIR = f"{HARNESS_DIR}/grader-init"
 
@@ -121,6 +122,93 @@ class Sandbox(Protocol):
 
 
 SandboxFactory = Callable[[], Sandbox]
+
+
+class SandboxBackend(ABC):
+    """What every backend does the same way, written once: starting an episode on a workspace
+    (:meth:`start`) and grading it (:meth:`grade`). A backend supplies the hooks: how to stop the
+    agent's processes, what to prepare before the shell starts, and how to run a grader."""
+
+    workspace: Path | None = None
+    _mount_path: str = ""
+
+    # ------------------------------------------------------------------ shared
+
+    def start(self, workspace: Path, mount_path: str, hide: Sequence[str] = ()) -> None:
+        """Start the episode's shell with ``workspace`` mounted read-write at ``mount_path`` (checked
+        by :func:`check_mount_path`); ``hide``: paths of a task's image the agent must not see."""
+        self._stop()
+        workspace = Path(workspace).resolve()
+        if not workspace.is_dir():
+            raise SandboxError(f"workspace {workspace} is not a directory")
+        if self.workspace is not None and workspace != self.workspace:
+            self._release_workspace()
+        self.workspace = workspace
+        self._mount_path = check_mount_path(mount_path)
+        self._prepare_start(hide)
+        self._start_shell()
+
+    def grade(
+        self,
+        grader_files: Sequence[Path],
+        command: str,
+        timeout_s: float,
+        env: Mapping[str, str] | None = None,
+        mount: str = GRADER_DIR,
+    ) -> CommandResult:
+        """Stop everything the agent started, then run ``command`` in a fresh context that also sees
+        the grader files (copied to a private folder, shown at ``mount``; ``{grader}`` in the command
+        names that folder). Nothing the agent left running can see or change them: nothing it
+        started is still running."""
+        if self.workspace is None:
+            raise SandboxError("sandbox is not started")
+        self._stop_agent()
+        with staged_grader(grader_files) as folder:
+            script = command.replace("{grader}", self._grader_path(folder, mount))
+            return self._run_grader(folder, mount, script, timeout_s, env)
+
+    # ------------------------------------------------------------------ hooks
+
+    @abstractmethod
+    def _stop(self) -> None:
+        """End the episode's processes and release what they held (the workspace stays)."""
+
+    @abstractmethod
+    def _release_workspace(self) -> None:
+        """Remove the workspace folder."""
+
+    @abstractmethod
+    def _start_shell(self) -> None:
+        """Start the agent's persistent shell in the prepared sandbox."""
+
+    @abstractmethod
+    def _prepare_start(self, hide: Sequence[str]) -> None:
+        """What the backend sets up between checking the workspace and starting the shell."""
+
+    def _stop_agent(self) -> None:
+        """Before grading: end every process the agent started (default: as :meth:`_stop` does)."""
+        self._stop()
+
+    def _grader_path(self, folder: Path, mount: str) -> str:
+        """Where the grader sees its files (what ``{grader}`` becomes): ``mount`` for backends that
+        mount ``folder`` there."""
+        return mount
+
+    @abstractmethod
+    def _run_grader(
+        self, folder: Path, mount: str, script: str, timeout_s: float, env: Mapping[str, str] | None
+    ) -> CommandResult:
+        """Run the grading ``script`` with ``folder`` shown at ``mount``; stdout alone is the verdict
+        channel (stderr in ``extra["stderr"]``)."""
+
+
+@contextlib.contextmanager
+def staged_grader(grader_files: Sequence[Path]) -> Iterator[Path]:
+    """The grader files gathered into a private host folder (removed afterwards, even after a
+    crash): what every backend and the task generator's verification grade with."""
+    with grader_folder() as copy:
+        yield copy_grader_files(grader_files, Path(copy))
+
 
 _BACKENDS: dict[str, Callable[..., Sandbox]] = {}
 

@@ -9,19 +9,19 @@ survives a timeout, a reset or ``close()``.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
-import subprocess
 import warnings
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from harness_gym.sandboxes import isolation, layers, seccomp
 from harness_gym.sandboxes.base import (
     BIN_DIR,
-    GRADER_DIR,
     GRADER_INIT_DIR,
     HARNESS_DIR,
     ORIGINAL_DIR,
@@ -29,8 +29,6 @@ from harness_gym.sandboxes.base import (
     TOOLS_DIR,
     CommandResult,
     SandboxError,
-    check_mount_path,
-    copy_grader_files,
     grader_environment,
     grader_guard,
     grader_init_dir,
@@ -176,17 +174,10 @@ class BubblewrapSandbox(ShellSandbox):
         self._sync_state()
         return self.workspace
 
-    def start(self, workspace: Path, mount_path: str, hide: Sequence[str] = ()) -> None:
-        """Start the episode's shell with ``workspace`` mounted read-write at ``mount_path``.
-        (``hide`` concerns image paths; the local sandbox shows no image.)"""
-        self._stop()
-        workspace = Path(workspace).resolve()
-        if not workspace.is_dir():
-            raise SandboxError(f"workspace {workspace} is not a directory")
-        if self.workspace is not None and workspace != self.workspace:
-            self._release_workspace()
-        self.workspace = workspace
-        self._mount_path = check_mount_path(mount_path)
+    def _prepare_start(self, hide: Sequence[str]) -> None:
+        """A uid, cgroups and the control folder for the episode (``hide`` concerns image paths;
+        the local sandbox shows no image)."""
+        assert self.workspace is not None
         self._control = isolation.private_folder("harness-gym-ctl-")
         if isolation.is_root():
             global _uid_cursor
@@ -226,10 +217,9 @@ class BubblewrapSandbox(ShellSandbox):
             if self.limits.summary() not in self._warned:
                 self._warned.add(self.limits.summary())
                 warnings.warn(
-                    f"sandbox limits not enforced: {self.limits.summary()}", SandboxLimitWarning, stacklevel=2
+                    f"sandbox limits not enforced: {self.limits.summary()}", SandboxLimitWarning, stacklevel=3
                 )
         self._sync_state()
-        self._start_shell()
 
     def _limit_report(self, cgroups: isolation.LimitReport) -> isolation.LimitReport:
         """The cgroup report completed with what the rlimits, the uid and the workspace give."""
@@ -264,57 +254,38 @@ class BubblewrapSandbox(ShellSandbox):
         """The host uid the sandbox runs as (None: the caller's own uid)."""
         return self._lease.uid if self._lease else None
 
-    def grade(
-        self,
-        grader_files: Sequence[Path],
-        command: str,
-        timeout_s: float,
-        env: Mapping[str, str] | None = None,
-        mount: str = GRADER_DIR,
+    def _run_grader(
+        self, folder: Path, mount: str, script: str, timeout_s: float, env: Mapping[str, str] | None
     ) -> CommandResult:
-        """Stop the agent's shell, then run ``command`` in a fresh sandbox that also sees the grader files.
-
-        The files are copied to a private folder mounted at ``mount`` (GRADER_DIR by default); nothing the agent left
-        running can see or change them, because nothing the agent started is still running.
-        """
-        if self.workspace is None:
-            raise SandboxError("sandbox is not started")
-        self._kill_all()
-        with isolation.grader_folder() as copy:
-            copy_grader_files(grader_files, Path(copy))
-            if self._lease is not None:
-                isolation.chown_tree(Path(copy), self._lease.uid, self._lease.uid)
-            filter_fd = _seccomp_fd()
-            try:
-                binds = [("--bind", copy, mount), ("--ro-bind", str(grader_init_dir()), GRADER_INIT_DIR)]
-                argv = self._launcher() + self._bwrap_argv(filter_fd, binds=binds)
-                command = command.replace("{grader}", mount)
-                shell = self._shell_program()
-                guard = grader_guard("--noprofile --norc")
-                argv += [shell, "--noprofile", "--norc", "-c", guard, shell, self._shell_setup() + command]
-                proc_env = self._env()
-                proc_env.update(grader_environment(env))
-                return run_oneshot(argv, timeout_s, self.output_limit_chars, proc_env, pass_fds=(filter_fd,))
-            finally:
-                os.close(filter_fd)
+        """A fresh bubblewrap sandbox (same uid, cgroups and limits) that also shows ``folder`` at
+        ``mount``; processes left alive when the grader ends make it a grader error."""
+        if self._lease is not None:
+            isolation.chown_tree(folder, self._lease.uid, self._lease.uid)
+        binds = [("--bind", str(folder), mount), ("--ro-bind", str(grader_init_dir()), GRADER_INIT_DIR)]
+        shell = self._shell_program()
+        guard = grader_guard("--noprofile --norc")
+        grader_argv = [shell, "--noprofile", "--norc", "-c", guard, shell, self._shell_setup() + script]
+        with self._shell_command(grader_argv, binds) as (argv, fds):
+            proc_env = self._env()
+            proc_env.update(grader_environment(env))
+            return run_oneshot(argv, timeout_s, self.output_limit_chars, proc_env, pass_fds=fds)
 
     # ------------------------------------------------------------------ ShellSandbox
 
-    def _spawn_shell(self, shell_argv: list[str], pass_fds: Sequence[int]) -> subprocess.Popen[bytes]:
+    @contextlib.contextmanager
+    def _shell_command(
+        self, shell_argv: list[str], binds: Sequence[tuple[str, str, str]] = ()
+    ) -> Iterator[tuple[list[str], Sequence[int]]]:
+        """bwrap (behind the cgroup and uid launcher) running ``shell_argv``, with the seccomp
+        program on a descriptor of its own; ``binds`` add mounts (a grader's files)."""
         filter_fd = _seccomp_fd()
         try:
-            return subprocess.Popen(
-                self._launcher() + self._bwrap_argv(filter_fd) + shell_argv,
-                stdin=subprocess.DEVNULL,  # bwrap's init keeps fds 0-2: nothing there may be a protocol pipe
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env=self._env(),
-                pass_fds=(*pass_fds, filter_fd),
-                bufsize=0,
-            )
+            yield self._launcher() + self._bwrap_argv(filter_fd, binds=binds) + shell_argv, (filter_fd,)
         finally:
             os.close(filter_fd)
+
+    def _shell_env(self) -> dict[str, str]:
+        return self._env()
 
     def _sealed(self) -> Path | None:
         return sealed_binaries_dir("/bin/bash", self.python)
@@ -474,7 +445,7 @@ def _controller(group: Path) -> str:
     return relative.parts[0]
 
 
-def _finalize(state: dict) -> None:  # type: ignore[type-arg]
+def _finalize(state: dict[str, Any]) -> None:
     """Clean up as close() would, from the recorded state (the sandbox object is gone).
     Only in the process that made the sandbox: a forked child must not destroy its parent's."""
     if state.get("owner_pid") != os.getpid():

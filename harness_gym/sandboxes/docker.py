@@ -15,21 +15,19 @@ import os
 import shutil
 import socket
 import subprocess
+import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness_gym.sandboxes import isolation, seccomp
 from harness_gym.sandboxes.base import (
-    GRADER_DIR,
     GRADER_INIT_DIR,
     SANDBOX_HOME,
     TOOLS_DIR,
     CommandResult,
     SandboxError,
-    check_mount_path,
-    copy_grader_files,
     grader_environment,
     grader_guard,
     grader_init_dir,
@@ -136,13 +134,10 @@ class DockerSandbox(ShellSandbox):
         self._state["workspace"] = self.workspace
         return self.workspace
 
-    def start(self, workspace: Path, mount_path: str, hide: Sequence[str] = ()) -> None:
-        """Start a container with ``workspace`` at ``mount_path``; ``hide`` paths of the image (hidden
+    def _prepare_start(self, hide: Sequence[str]) -> None:
+        """A container with the workspace at the mount path; ``hide`` paths of the image (hidden
         tests, say) are deleted from this container before the agent's shell starts."""
-        self._stop()
-        self.workspace = Path(workspace).resolve()
         self._state["workspace"] = self.workspace
-        self._mount_path = check_mount_path(mount_path)
         self.container = self._run_container(KEEPALIVE, extra_volumes={})
         self._state["container"] = self.container
         if hide:
@@ -151,54 +146,45 @@ class DockerSandbox(ShellSandbox):
                 raise SandboxError(
                     f"could not hide {list(hide)} in the container: {result.output.decode(errors='replace')}"
                 )
-        self._start_shell()
 
-    def grade(
-        self,
-        grader_files: Sequence[Path],
-        command: str,
-        timeout_s: float,
-        env: Mapping[str, str] | None = None,
-        mount: str = GRADER_DIR,
-    ) -> CommandResult:
-        """Remove the agent's container, then grade in a fresh container that also sees the grader files."""
-        import time
-
-        if self.workspace is None:
-            raise SandboxError("sandbox is not started")
+    def _stop_agent(self) -> None:
+        """Before grading: the agent's whole container goes (the grader gets a fresh one)."""
         self._stop()
-        with isolation.grader_folder() as copy:
-            copy_grader_files(grader_files, Path(copy))
-            started = time.perf_counter()
-            script = command.replace("{grader}", mount)  # the verdict is read from stdout alone
-            container = self._run_container(
-                [self.shell, "-c", grader_guard(), self.shell, script],  # leftovers are a grader error
-                extra_volumes={copy: mount, str(grader_init_dir()): GRADER_INIT_DIR},
-                environment=grader_environment(env),
-            )
-            try:
-                status = container.wait(timeout=timeout_s)["StatusCode"]
-                timed_out = False
-            except Exception:  # requests' ReadTimeout, surfaced through the SDK
-                status, timed_out = None, True
-            # streamed into a head and a tail: graded code flooding stdout must not fill the host's memory
-            output, errors = CappedOutput(self.output_limit_chars), CappedOutput(self.output_limit_chars)
-            if not timed_out:
-                for chunk in container.logs(stdout=True, stderr=False, stream=True):
-                    output.add(chunk)
-                for chunk in container.logs(stdout=False, stderr=True, stream=True):
-                    errors.add(chunk)
-            with contextlib.suppress(Exception):
-                container.remove(force=True)
-            text, elided = output.text()
-            return CommandResult(
-                text,
-                status,
-                time.perf_counter() - started,
-                timed_out=timed_out,
-                elided_chars=elided,
-                extra={"stderr": errors.text()[0]},
-            )
+
+    def _run_grader(
+        self, folder: Path, mount: str, script: str, timeout_s: float, env: Mapping[str, str] | None
+    ) -> CommandResult:
+        """A fresh container that also mounts ``folder`` at ``mount``; processes left alive when the
+        grader ends make it a grader error. The verdict is read from stdout alone."""
+        started = time.perf_counter()
+        container = self._run_container(
+            [self.shell, "-c", grader_guard(), self.shell, script],  # leftovers are a grader error
+            extra_volumes={str(folder): mount, str(grader_init_dir()): GRADER_INIT_DIR},
+            environment=grader_environment(env),
+        )
+        try:
+            status = container.wait(timeout=timeout_s)["StatusCode"]
+            timed_out = False
+        except Exception:  # requests' ReadTimeout, surfaced through the SDK
+            status, timed_out = None, True
+        # streamed into a head and a tail: graded code flooding stdout must not fill the host's memory
+        output, errors = CappedOutput(self.output_limit_chars), CappedOutput(self.output_limit_chars)
+        if not timed_out:
+            for chunk in container.logs(stdout=True, stderr=False, stream=True):
+                output.add(chunk)
+            for chunk in container.logs(stdout=False, stderr=True, stream=True):
+                errors.add(chunk)
+        with contextlib.suppress(Exception):
+            container.remove(force=True)
+        text, elided = output.text()
+        return CommandResult(
+            text,
+            status,
+            time.perf_counter() - started,
+            timed_out=timed_out,
+            elided_chars=elided,
+            extra={"stderr": errors.text()[0]},
+        )
 
     # ------------------------------------------------------------------ ShellSandbox
 
@@ -207,18 +193,16 @@ class DockerSandbox(ShellSandbox):
     def _shell_program(self) -> str:
         return self.shell
 
-    def _spawn_shell(self, shell_argv: list[str], pass_fds: Sequence[int]) -> subprocess.Popen[bytes]:
-        env = self._exec_environment()
-        argv = ["docker", "exec", "-i", "-w", self._mount_path, self.container.id, self.shell]
-        return subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,  # the status channel
-            start_new_session=True,
-            env=env,
-            bufsize=0,
-        )
+    @contextlib.contextmanager
+    def _shell_command(self, shell_argv: list[str]) -> Iterator[tuple[list[str], Sequence[int]]]:
+        """``docker exec`` of the shell in the episode's container (stdin, stdout and stderr only)."""
+        yield ["docker", "exec", "-i", "-w", self._mount_path, self.container.id, self.shell], ()
+
+    def _shell_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.docker_host:
+            env["DOCKER_HOST"] = self.docker_host
+        return env
 
     def _server_python(self) -> str | None:
         return self.python
@@ -234,15 +218,9 @@ class DockerSandbox(ShellSandbox):
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
-            env=self._exec_environment(),
+            env=self._shell_env(),
             bufsize=0,
         )
-
-    def _exec_environment(self) -> dict[str, str]:
-        env = dict(os.environ)
-        if self.docker_host:
-            env["DOCKER_HOST"] = self.docker_host
-        return env
 
     def _kill_all(self) -> None:
         """Kill the exec'd shell and every process in the container except its keep-alive init."""

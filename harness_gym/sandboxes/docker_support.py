@@ -170,17 +170,13 @@ def build_local_image(
                             added.add(os.path.realpath(library))
                             tar.add(os.path.realpath(library), library.lstrip("/"))
                 for name in python_packages:
-                    module = importlib.import_module(name)
-                    source = (
-                        Path(module.__file__).parent
-                        if Path(module.__file__).name == "__init__.py"
-                        else Path(module.__file__)
-                    )
+                    module_file = Path(str(importlib.import_module(name).__file__))
+                    source = module_file.parent if module_file.name == "__init__.py" else module_file
                     tar.add(str(source), f"usr/lib/python3/dist-packages/{source.name}", filter=keep)
                     with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-                        info = getattr(importlib.metadata.distribution(name), "_path", None)  # its metadata
-                        if info is not None and Path(info).is_dir():
-                            tar.add(str(info), f"usr/lib/python3/dist-packages/{Path(info).name}")
+                        metadata = getattr(importlib.metadata.distribution(name), "_path", None)  # its metadata
+                        if metadata is not None and Path(metadata).is_dir():
+                            tar.add(str(metadata), f"usr/lib/python3/dist-packages/{Path(metadata).name}")
             for inside, host in (extra_folders or {}).items():
                 tar.add(str(host), inside.strip("/"))
         env = dict(os.environ)

@@ -167,12 +167,12 @@ class Registry:
         self._handle: int | None = None
         self._size = 0
 
-    def add(self, kind: str, value: str | int) -> None:
+    def add(self, kind: str, value: str | int | Path) -> None:
         with self._lock:
             self._items[kind].append(str(value))
             self._append(f"+{kind} {value}\n")
 
-    def discard(self, kind: str, value: str | int) -> None:
+    def discard(self, kind: str, value: str | int | Path) -> None:
         with self._lock:
             if str(value) not in self._items[kind]:
                 return

@@ -51,7 +51,9 @@ class SandboxOptions:
     """Every option any backend takes. ``None`` means: the backend's own choice (or not applicable)."""
 
     # every backend
-    command_timeout_s: float = field(default=COMMAND_TIMEOUT_S, metadata=_check(_positive_number, "a positive finite number"))
+    command_timeout_s: float = field(
+        default=COMMAND_TIMEOUT_S, metadata=_check(_positive_number, "a positive finite number")
+    )
     output_limit_chars: int = field(default=OUTPUT_LIMIT_CHARS, metadata=_check(_positive_int, "a positive integer"))
     workspace_root: str | None = field(default=None, metadata=_check(_text, "a folder path", True))
     python: str | None = field(default=None, metadata=_check(_text, "an interpreter path", True))

@@ -47,18 +47,17 @@ import shutil
 import socket
 import struct
 import subprocess
-import tempfile
 import termios
 import threading
 import time
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from harness_gym.budget import COMMAND_TIMEOUT_S, OUTPUT_LIMIT_CHARS
-from harness_gym.sandboxes.base import TOOLS_DIR, CommandResult, SandboxError
+from harness_gym.sandboxes.base import TOOLS_DIR, CommandResult, SandboxBackend, SandboxError
 
 _S = TypeVar("_S", bound="ShellSandbox")
 _CREDENTIALS = struct.calcsize("3i")
@@ -143,9 +142,10 @@ class CappedOutput:
         return join_output(self.head, self.tail, self.dropped, self.limit)
 
 
-class ShellSandbox(ABC):
-    """Base of sandboxes that run one persistent shell per episode. Subclasses say how to start
-    the shell (:meth:`_spawn_shell`), how to kill everything (:meth:`_kill_all`), and how to grade."""
+class ShellSandbox(SandboxBackend):
+    """Base of sandboxes that run one persistent shell per episode (starting and grading are
+    :class:`~harness_gym.sandboxes.base.SandboxBackend`'s). Subclasses say what command starts the
+    shell inside the sandbox (:meth:`_shell_command`) and how to kill everything (:meth:`_kill_all`)."""
 
     python = "python3"
     # where the sandbox sees the harness's tool scripts (a backend without mounts overrides this)
@@ -169,9 +169,37 @@ class ShellSandbox(ABC):
     # ------------------------------------------------------------------ to implement
 
     @abstractmethod
+    def _shell_command(
+        self, shell_argv: list[str]
+    ) -> contextlib.AbstractContextManager[tuple[list[str], Sequence[int]]]:
+        """The host command that runs ``shell_argv`` inside the sandbox, and descriptors it must
+        inherit besides the protocol's (open while the shell starts, closed afterwards)."""
+
+    def _shell_env(self) -> dict[str, str] | None:
+        """The launcher's environment (None: this process's own)."""
+        return None
+
+    def _shell_cwd(self) -> str | None:
+        """The launcher's working folder (None: this process's own)."""
+        return None
+
     def _spawn_shell(self, shell_argv: list[str], pass_fds: Sequence[int]) -> subprocess.Popen[bytes]:
-        """Start ``shell_argv`` in the sandbox with ``pass_fds`` inherited (stdout a pipe, stderr
-        joined to stdout; in "stderr" status mode: stdin a pipe and stderr a separate pipe)."""
+        """Start ``shell_argv`` in the sandbox with ``pass_fds`` inherited: stdout a pipe and stderr
+        joined to it, stdin empty (nothing at descriptors 0-2 may be a protocol pipe); in "stderr"
+        status mode stdin is the command pipe and stderr the status pipe."""
+        socket_mode = self.status_channel == "socket"
+        with self._shell_command(shell_argv) as (argv, extra_fds):
+            return subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL if socket_mode else subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT if socket_mode else subprocess.PIPE,
+                start_new_session=True,
+                env=self._shell_env(),
+                cwd=self._shell_cwd(),
+                pass_fds=(*pass_fds, *extra_fds),
+                bufsize=0,
+            )
 
     def _kill_all(self) -> None:
         """Kill the shell and every process it started (its process group; backends add to this)."""
@@ -182,13 +210,9 @@ class ShellSandbox(ABC):
             self._channels.close()
             self._channels = None
 
-    @abstractmethod
-    def _stop(self) -> None:
-        """End the episode's processes and release what they held (the workspace stays)."""
-
-    @abstractmethod
-    def _release_workspace(self) -> None:
-        """Remove the workspace folder."""
+    def _stop_agent(self) -> None:
+        """Before grading: the shell and everything it started (the sandbox's own setup stays)."""
+        self._kill_all()
 
     def _shell_program(self) -> str:
         """The shell executable inside the sandbox (bash: the protocol uses bash redirections)."""
@@ -266,11 +290,6 @@ class ShellSandbox(ABC):
         )
 
     # ------------------------------------------------------------------ lifecycle helpers
-
-    def _open_control(self) -> Path:
-        """A private host folder for the episode (never mounted into the sandbox)."""
-        self._control = Path(tempfile.mkdtemp(prefix="harness-gym-ctl-"))
-        return self._control
 
     def _close_control(self) -> None:
         if self._control is not None:
@@ -730,12 +749,13 @@ def run_oneshot(
     limit: int,
     env: Mapping[str, str] | None = None,
     pass_fds: Sequence[int] = (),
+    cwd: str | Path | None = None,
 ) -> CommandResult:
     """Run a command to completion with a time limit and capped output (used for grading).
 
     ``output`` is stdout alone (where a grader's verdict is read); stderr, kept apart so nothing a
     grader logs can pass for its verdict, is in ``extra["stderr"]``. ``pass_fds`` are handed to it
-    (a sandbox's seccomp program, say)."""
+    (a sandbox's seccomp program, say); ``cwd``: its working folder (default: ours)."""
     started = time.perf_counter()
     proc = subprocess.Popen(
         list(argv),
@@ -745,6 +765,7 @@ def run_oneshot(
         start_new_session=True,
         env=dict(env) if env is not None else None,
         pass_fds=tuple(pass_fds),
+        cwd=cwd,
     )
     # Read both streams as they come, keeping only a head and a tail of each (``communicate`` kept
     # everything: a graded program writing to the grader's stdout for the whole grading time could
@@ -765,8 +786,9 @@ def run_oneshot(
     for reader in readers:
         reader.join(timeout=5)
     for stream in (proc.stdout, proc.stderr):
-        with contextlib.suppress(OSError):
-            stream.close()
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
     text, elided = ("", 0) if timed_out else out.text()
     return CommandResult(
         text,
@@ -783,7 +805,7 @@ def _fence(nonce: str) -> str:
     return f"__hg_fence_{nonce}__"
 
 
-def join_output(head: bytes, tail: bytes, dropped: int, limit: int) -> tuple[str, int]:
+def join_output(head: bytes | bytearray, tail: bytes | bytearray, dropped: int, limit: int) -> tuple[str, int]:
     """Head and tail of an output, with a note where ``dropped`` bytes were cut from the middle."""
     if dropped:
         note = f"\n[... {dropped} bytes of output elided; showing the first and last {limit // 2} ...]\n"

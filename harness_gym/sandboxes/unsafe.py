@@ -9,19 +9,18 @@ the task's mount path through a symbolic link, which must not exist yet.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
-import subprocess
 import tempfile
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from harness_gym.sandboxes.base import (
     GRADER_DIR,
     CommandResult,
     SandboxError,
-    copy_grader_files,
     register_backend,
     tool_scripts_dir,
 )
@@ -66,57 +65,49 @@ class UnsafeHostSandbox(ShellSandbox):
         self.workspace = Path(tempfile.mkdtemp(prefix="harness-gym-ws-", dir=self.workspace_root))
         return self.workspace
 
-    def start(self, workspace: Path, mount_path: str, hide: Sequence[str] = ()) -> None:
+    def _prepare_start(self, hide: Sequence[str]) -> None:
+        """The workspace linked at the mount path (which must not exist yet); a warning every time."""
         warnings.warn(
-            f"agent commands run on the host WITHOUT ISOLATION ({ALLOW_VARIABLE})", UnsandboxedHostWarning, stacklevel=2
+            f"agent commands run on the host WITHOUT ISOLATION ({ALLOW_VARIABLE})", UnsandboxedHostWarning, stacklevel=3
         )
-        self._stop()
-        self.workspace = Path(workspace).resolve()
-        link = Path(mount_path)
+        assert self.workspace is not None
+        link = Path(self._mount_path)
         if link.exists() or link.is_symlink():
             raise SandboxError(
-                f"unsafe-host: {mount_path} already exists on this machine; it cannot show the workspace there"
+                f"unsafe-host: {self._mount_path} already exists on this machine; it cannot show the workspace there"
             )
         try:
             link.parent.mkdir(parents=True, exist_ok=True)
             link.symlink_to(self.workspace, target_is_directory=True)
         except OSError as exc:
-            raise SandboxError(f"unsafe-host: cannot link {mount_path} to the workspace: {exc}") from exc
+            raise SandboxError(f"unsafe-host: cannot link {self._mount_path} to the workspace: {exc}") from exc
         self._link = link
-        self._mount_path = mount_path
-        self._start_shell()
 
-    def grade(
-        self,
-        grader_files: Sequence[Path],
-        command: str,
-        timeout_s: float,
-        env: Mapping[str, str] | None = None,
-        mount: str = GRADER_DIR,
+    def _grader_path(self, folder: Path, mount: str) -> str:
+        """The host has no mounts: the grader reads ``folder`` itself, or a copy at ``mount`` when a
+        task puts its grader inside the workspace."""
+        if mount != GRADER_DIR and mount.startswith(self._mount_path + "/"):
+            shutil.copytree(folder, mount, dirs_exist_ok=True)
+            return mount
+        return str(folder)
+
+    def _run_grader(
+        self, folder: Path, mount: str, script: str, timeout_s: float, env: Mapping[str, str] | None
     ) -> CommandResult:
-        self._kill_all()
-        with tempfile.TemporaryDirectory(prefix="harness-gym-grader-") as copy:
-            copy_grader_files(grader_files, Path(copy))
-            target = copy
-            if mount != GRADER_DIR and mount.startswith(self._mount_path + "/"):
-                target = mount  # inside the workspace: put the files there for the grading run
-                shutil.copytree(copy, target, dirs_exist_ok=True)
-            script = f"cd {self._mount_path} && " + command.replace("{grader}", target)
-            return run_oneshot(
-                ["/bin/bash", "-c", script], timeout_s, self.output_limit_chars, {**os.environ, **(env or {})}
-            )
-
-    def _spawn_shell(self, shell_argv: list[str], pass_fds: Sequence[int]) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            shell_argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            cwd=self._mount_path,
-            pass_fds=tuple(pass_fds),
-            bufsize=0,
+        """A child shell on the host, in the workspace (no isolation, no leftover check)."""
+        return run_oneshot(
+            ["/bin/bash", "-c", f"cd {self._mount_path} && " + script],
+            timeout_s,
+            self.output_limit_chars,
+            {**os.environ, **(env or {})},
         )
+
+    @contextlib.contextmanager
+    def _shell_command(self, shell_argv: list[str]) -> Iterator[tuple[list[str], Sequence[int]]]:
+        yield shell_argv, ()
+
+    def _shell_cwd(self) -> str:
+        return self._mount_path
 
     def _server_python(self) -> str | None:
         return self.python

@@ -19,15 +19,17 @@ import itertools
 import json
 import random
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from harness_gym.sandboxes.base import copy_grader_files
+from harness_gym.sandboxes.base import copy_grader_files, staged_grader
+from harness_gym.sandboxes.options import DEFAULTS
+from harness_gym.sandboxes.shell import run_oneshot
 from harness_gym.tasks.base import Suite, Task, TaskError, parse_grader_output, register_loader
 from harness_gym.tasks.builtin import builtin_root, load_task_dir
 
@@ -78,6 +80,7 @@ def apply_mutations(source: str, chosen: list[Mutation]) -> str:
 
 def _mutants(node: ast.AST) -> Iterator[tuple[str, ast.AST]]:
     """(operator name, mutated copy) for every mutation that applies to ``node`` itself."""
+    new: Any  # a copy of whichever node type matched
     if isinstance(node, ast.BinOp) and type(node.op) in SWAPS:
         new = copy.deepcopy(node)
         new.op = SWAPS[type(node.op)]()
@@ -124,6 +127,7 @@ def mutations(source: str, file: str) -> list[tuple[Mutation, str]]:
     tree = ast.parse(source)
     lines = source.splitlines(keepends=True)
     out = []
+    node: Any  # a statement or expression: the checks below make sure it has a position
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Module)) or not hasattr(node, "lineno"):
             continue
@@ -164,19 +168,16 @@ def correct_project(task: Task, destination: Path) -> None:
 
 
 def run_hidden_tests(task: Task, project: Path, timeout_s: float = 5.0) -> float | None:
-    """The task's grader run directly on a project folder (our own tests and code, no agent);
-    None when the tests do not finish within ``timeout_s``."""
-    with tempfile.TemporaryDirectory(prefix="harness-gym-verify-") as grader:
-        copy_grader_files(task.grader_files, Path(grader))
-        command = task.grade_command.replace("{grader}", grader).split()
+    """The task's grader run directly on a project folder (our own tests and code, no agent, so no
+    sandbox), with the grader files staged as every backend stages them; None when the tests do not
+    finish within ``timeout_s``."""
+    with staged_grader(task.grader_files) as grader:
+        command = task.grade_command.replace("{grader}", str(grader)).split()
         command[0] = "/usr/bin/python3" if command[0] == "python3" else command[0]
-        try:
-            result = subprocess.run(
-                [command[0], "-I", *command[1:]], cwd=project, capture_output=True, text=True, timeout=timeout_s
-            )
-        except subprocess.TimeoutExpired:
-            return None  # the code hangs: no good task (graders would wait for their time limit)
-    return parse_grader_output(task.id, result.stdout, result.returncode).reward
+        result = run_oneshot([command[0], "-I", *command[1:]], timeout_s, DEFAULTS.output_limit_chars, cwd=project)
+    if result.timed_out:
+        return None  # the code hangs: no good task (graders would wait for their time limit)
+    return parse_grader_output(task.id, result.output, result.exit_code).reward
 
 
 def _unique_context(text: str, mutated_block: str) -> str:

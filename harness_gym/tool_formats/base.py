@@ -8,7 +8,7 @@ A format never raises on what a model wrote: a call it cannot read becomes a :cl
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -47,10 +47,6 @@ class ParsedAction:
     @property
     def errors(self) -> list[str]:
         return [c.error for c in self.calls if c.error]
-
-    @property
-    def valid_calls(self) -> list[ToolCall]:
-        return [c for c in self.calls if not c.error]
 
 
 @dataclass
@@ -219,23 +215,9 @@ def draft_from_object(
     """A call written as ``{"name": ..., "arguments": {...}}`` (the key names vary by family)."""
     if not isinstance(value, dict) or not isinstance(value.get("name"), str) or not value["name"]:
         return Draft("", {}, raw, fmt.expected('a tool call needs a "name" string and an arguments object'))
-    raw_args = next((value[key] for key in argument_keys if key in value), {})
+    raw_args: Any = next((value[key] for key in argument_keys if key in value), {})
     arguments, error = arguments_object(raw_args)
     return Draft(value["name"], arguments, raw, fmt.expected(error) if error else None)
-
-
-def drafts_from_json(
-    payload: str, fmt: ToolFormat, argument_keys: Sequence[str] = ("arguments", "parameters")
-) -> list[Draft]:
-    """One call object, or a list of them, written as JSON."""
-    value, error = decode_json(payload.strip())
-    if error:
-        return [Draft("", {}, payload, fmt.expected(f"the tool call is {error}"))]
-    if isinstance(value, list):
-        if not value:
-            return [Draft("", {}, payload, fmt.expected("the list of tool calls is empty"))]
-        return [draft_from_object(item, dumps_safe(item), fmt, argument_keys) for item in value]
-    return [draft_from_object(value, payload, fmt, argument_keys)]
 
 
 def dumps_safe(value: Any) -> str:
@@ -246,4 +228,3 @@ def dumps_safe(value: Any) -> str:
 
 
 Registry = dict[str, ToolFormat]
-FormatFactory = Callable[[], ToolFormat]

@@ -32,7 +32,7 @@ def main():
     # A hard link is a link too: two expected files that are one file are not a copy. Same inode, or
     # (overlayfs reports a copied-up file under its lower inode) both linked more than once with the
     # same content; a real copy is a new file with one link.
-    inodes, linked = {}, {}
+    inodes, linked = {}, {}  # type: dict[tuple[int, int], list[str]], dict[tuple[int, object], list[str]]
     for path in expect["files"]:
         try:
             info = os.lstat(path)

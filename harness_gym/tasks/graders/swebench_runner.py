@@ -93,7 +93,7 @@ def run_tests(folder, spec):
         sys.stderr.write(run.stdout[-4000:] + run.stderr[-2000:])
     except subprocess.TimeoutExpired:
         sys.stderr.write("the tests timed out\n")
-    found, tampered = {}, set()
+    found, tampered = {}, set()  # type: dict[str, str], set[str]
     try:
         with open(report, encoding="utf-8") as handle:
             lines = handle.read().splitlines()

@@ -252,8 +252,9 @@ def op_run_check(root, args):
     try:
         run = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=timeout)
         output, status = (run.stdout + run.stderr)[-6000:], run.returncode
-    except subprocess.TimeoutExpired as exc:
-        output, status = f"{(exc.stdout or '')[-3000:]}\n[run_check stopped after {timeout:g} s]", -1
+    except subprocess.TimeoutExpired as exc:  # its partial output is bytes even in text mode
+        partial = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        output, status = f"{partial[-3000:]}\n[run_check stopped after {timeout:g} s]", -1
     save_state(last_check=time.time(), last_check_status=status, last_check_command=" ".join(command))
     verdict = "PASSED" if status == 0 else "FAILED"
     return f"Selected tests: {ranking}\nCommand: {' '.join(command)}\nResult: {verdict} (exit {status})\n{output}"
