@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness_gym.sandboxes import isolation, layers
+from harness_gym.sandboxes import isolation
 from harness_gym.sandboxes.base import SandboxError
 from harness_gym.sandboxes.bubblewrap import BubblewrapSandbox
 from harness_gym.sandboxes.docker import remove_orphaned_containers
@@ -58,7 +58,7 @@ def _guard(name: str, check: Callable[[], Check]) -> Check:
 
 def _clean() -> Check:
     def run() -> Check:
-        done = isolation.reclaim_dead_owners() + layers.reclaim_layers()
+        done = isolation.reclaim_dead_owners() + isolation.reclaim_layer_cache()
         removed = _orphaned_containers()
         lines = done + ([f"removed {removed} orphaned container(s)"] if removed else [])
         return Check("clean", OK, "; ".join(lines) if lines else "nothing left behind by dead processes")

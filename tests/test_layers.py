@@ -132,7 +132,7 @@ def test_cache_drops_gone_sources_stale_and_unknown_layers_and_keeps_the_rest(tm
     half_made.mkdir()
     os.utime(half_made, (now - 7200, now - 7200))
     with isolation.owned("layer", str(registered)):  # a live episode of this process uses it
-        done = layers.reclaim_layers(cache_mb=100, max_age_h=24, root=root, now=now)
+        done = isolation.reclaim_layer_cache(cache_mb=100, max_age_h=24, root=root, now=now)
     assert {p.name for p in root.iterdir() if not p.name.endswith(layers.META_SUFFIX)} == {
         fresh.name,
         just_used.name,
@@ -154,12 +154,12 @@ def test_cache_above_its_cap_drops_the_least_recently_used(tmp_path, monkeypatch
     middle = _cached(root, "middle", [task], 600_000, now - 2000)
     newest = _cached(root, "newest", [task], 600_000, now - 1000)
     monkeypatch.setenv(layers.CACHE_MB_VARIABLE, "1.5")  # room for two of the three
-    done = layers.reclaim_layers(root=root, now=now)
+    done = layers.reclaim_layers(registered=(), root=root, now=now)
     assert not oldest.exists() and middle.exists() and newest.exists()
     assert done == [f"removed layer {oldest} (cache above 1.5 MB; least recently used)"]
     monkeypatch.setenv(layers.CACHE_MB_VARIABLE, "lots")
     with pytest.raises(ValueError, match=layers.CACHE_MB_VARIABLE):
-        layers.reclaim_layers(root=root, now=now)
+        layers.reclaim_layers(registered=(), root=root, now=now)
 
 
 @pytest.fixture
@@ -180,9 +180,9 @@ def test_a_layer_in_use_survives_its_sources_and_goes_after_the_episode(source, 
     assert layer.parent == cache_folder and layer.name in layers.layers_in_use()
     shutil.rmtree(source)
     later = time.time() + 100 * 3600
-    assert layers.reclaim_layers(now=later) == [] and layer.is_dir()
+    assert isolation.reclaim_layer_cache(now=later) == [] and layer.is_dir()
     assert box.run("cat a.txt").output == "alpha\n"
     box.close()
-    assert layer.name not in layers.layers_in_use()
-    assert layers.reclaim_layers(now=later) == [f"removed layer {layer} (its sources are gone)"]
+    assert layer.name not in layers.layers_in_use(isolation.live_registry_values("layer"))
+    assert isolation.reclaim_layer_cache(now=later) == [f"removed layer {layer} (its sources are gone)"]
     assert not layer.exists()

@@ -252,9 +252,13 @@ def _reclaim_once() -> None:
         with contextlib.suppress(Exception):  # recovery must never stop a start
             reclaim_dead_owners()
         with contextlib.suppress(Exception):
-            from harness_gym.sandboxes import layers
+            reclaim_layer_cache()
 
-            layers.reclaim_layers()
+
+def reclaim_layer_cache(**limits: Any) -> list[str]:
+    """Bound the copy-on-write layer cache (:func:`.layers.reclaim_layers`), sparing every layer a
+    live process's registry lists. Returns a line per layer removed."""
+    return layers.reclaim_layers(registered=live_registry_values("layer"), **limits)
 
 
 def live_registry_values(kind: str) -> list[str]:

@@ -14,8 +14,9 @@ that uid (kernel >= 5.19, root only); where any of this is unavailable the calle
 Layout of an episode folder ``D`` (a tmpfs): ``D/lower`` (the idmapped layer), ``D/upper``,
 ``D/work``, ``D/merged`` (the workspace). :func:`release` detaches the whole tree at once.
 
-The cache is bounded (:func:`reclaim_layers`, run at the first start of every process and by
-``harness-gym doctor --clean``): each layer has a sidecar ``<layer>.meta.json`` with its sources,
+The cache is bounded (:func:`reclaim_layers`, run through :func:`.isolation.reclaim_layer_cache` at
+the first start of every process and by ``harness-gym doctor --clean``): each layer has a sidecar
+``<layer>.meta.json`` with its sources,
 its size and, as the file's mtime, its last use. A layer is removed when its sources are gone, when
 it was unused for ``HARNESS_GYM_LAYER_MAX_AGE_H`` hours, or, least recently used first, while the
 cache is above ``HARNESS_GYM_LAYER_CACHE_MB``; never while an episode uses it (it is mounted here,
@@ -35,7 +36,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -200,35 +201,36 @@ def cached_layers(root: Path | None = None) -> list[CachedLayer]:
     return sorted(found, key=lambda layer: layer.last_used)
 
 
-def layers_in_use() -> set[str]:
+def layers_in_use(registered: Iterable[str] = ()) -> set[str]:
     """Names of layers an episode uses: mounted in this mount namespace (an idmapped bind's root or an
-    overlay's lowerdir), or listed by a live harness-gym process's registry."""
-    from harness_gym.sandboxes import isolation
-
+    overlay's lowerdir), or in ``registered`` (what live processes' registries list; see
+    :func:`.isolation.reclaim_layer_cache`)."""
     names: set[str] = set()
     with contextlib.suppress(OSError):
         for line in Path("/proc/self/mountinfo").read_text().splitlines():
             for word in line.replace(",", " ").replace(":", " ").replace("=", " ").split():
                 if LAYER_PREFIX in word:
                     names.add(word.rstrip("/").rsplit("/", 1)[-1])
-    names.update(Path(value).name for value in isolation.live_registry_values("layer"))
+    names.update(Path(value).name for value in registered)
     return names
 
 
 def reclaim_layers(
     *,
+    registered: Iterable[str],
     cache_mb: float | None = None,
     max_age_h: float | None = None,
     root: Path | None = None,
     now: float | None = None,
 ) -> list[str]:
-    """Bound the layer cache; returns a line per layer removed. Limits default to the environment's
+    """Bound the layer cache; returns a line per layer removed. ``registered``: the layers live
+    processes' registries list (in use). Limits default to the environment's
     ``HARNESS_GYM_LAYER_CACHE_MB`` and ``HARNESS_GYM_LAYER_MAX_AGE_H``."""
     cache_mb = _limit(CACHE_MB_VARIABLE, DEFAULT_CACHE_MB) if cache_mb is None else cache_mb
     max_age_h = _limit(MAX_AGE_VARIABLE, DEFAULT_MAX_AGE_H) if max_age_h is None else max_age_h
     now = time.time() if now is None else now
     folder = Path(root) if root is not None else Path(tempfile.gettempdir())
-    in_use = layers_in_use()
+    in_use = layers_in_use(registered)
     done: list[str] = []
     for entry in folder.glob(f"{LAYER_PREFIX}*"):  # half-made layers of killed processes
         with contextlib.suppress(OSError):
