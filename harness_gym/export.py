@@ -147,7 +147,8 @@ def episode_tools(episode: Mapping[str, Any], tasks: str) -> list[dict[str, Any]
                 f"harness {harness} now has spec hash {info['spec_hash']}, the trajectory was recorded under "
                 f"{episode['spec_hash']}: its tools cannot be rebuilt"
             )
-        return env.unwrapped.tool_interface.schemas()
+        harness_env: HarnessEnv = env.unwrapped  # type: ignore[assignment]  # gym.make's env is a HarnessEnv
+        return harness_env.tool_interface.schemas()
     finally:
         env.close()
 
