@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -102,7 +102,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
 
     # "ansi": render() returns the episode's transcript as text; "human": each reset and step prints
     # the messages it added. A text environment has no frame rate; 4 is a nominal playback rate.
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"], "render_fps": 4}  # type: ignore[misc]
+    metadata: dict[str, Any] = {"render_modes": ["ansi", "human"], "render_fps": 4}  # noqa: RUF012 (Gymnasium's own)
 
     def __init__(
         self,
@@ -135,7 +135,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         self._worlds: dict[str, World] = {}
         for task in self.tasks:  # fail at construction, not mid-run, when a task cannot be placed
             self._worlds[task.id] = self._world_for(task, choose_backend(sandbox, task.image), world)
-        self._sandboxes: dict[tuple[str, str | None, str | None], Sandbox] = {}  # backend, image, world
+        self._sandboxes: dict[tuple[str, str | None, str | None], Sandbox] = {}  # (backend, image, world digest)
         self.summarizer = summarizer
         self.resample_names = resample_names
         self.include_skills = include_skills
