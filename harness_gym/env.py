@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -103,7 +103,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
 
     # "ansi": render() returns the episode's transcript as text; "human": each reset and step prints
     # the messages it added. A text environment has no frame rate; 4 is a nominal playback rate.
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi", "human"], "render_fps": 4}
+    metadata: dict[str, Any] = {"render_modes": ["ansi", "human"], "render_fps": 4}  # noqa: RUF012 (Gymnasium's own)
 
     def __init__(
         self,
@@ -136,7 +136,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         self._worlds: dict[str, World] = {}
         for task in self.tasks:  # fail at construction, not mid-run, when a task cannot be placed
             self._worlds[task.id] = self._world_for(task, choose_backend(sandbox, task.image), world)
-        self._sandboxes: dict[tuple[str, str | None, str | None], Sandbox] = {}
+        self._sandboxes: dict[tuple[str, str | None, str | None], Sandbox] = {}  # (backend, image, world digest)
         self._spare: spare.WarmSpare[Sandbox] = spare.WarmSpare()  # the next episode's sandbox, warm
         self._last_task: Task | None = None  # a spare is made for a task reset to twice in a row
         self.summarizer = summarizer
@@ -218,7 +218,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         info = self._base_info()
         info["tool_names"] = {t.canonical: t.name for t in self.tool_interface.tools.values()}
         limits = getattr(self.sandbox, "limits", None)  # which limits hold on this host, and which do not
-        info["sandbox_limits"] = limits.as_dict() if hasattr(limits, "as_dict") else None
+        info["sandbox_limits"] = limits.as_dict() if limits is not None and hasattr(limits, "as_dict") else None
         self._rendered = 0
         if self.render_mode == "human":
             self.render()

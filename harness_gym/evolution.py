@@ -348,7 +348,7 @@ def accept(
     cur, cand = RateSummary.of(current), RateSummary.of(candidate)
     d_pass = cand.pass_rate - cur.pass_rate
     d_train = cand.trainable_rate - cur.trainable_rate
-    base = {"current": cur.as_dict(), "candidate": cand.as_dict()}
+    base: dict[str, Any] = {"current": cur.as_dict(), "candidate": cand.as_dict()}
     if mode == "paper":
         if d_pass < 0 or d_train < 0:
             dropped = "pass rate" if d_pass < 0 else "trainable rate"
@@ -360,9 +360,8 @@ def accept(
         )
     if mode != "bootstrap":
         raise ValueError(f"unknown acceptance mode {mode!r}; use 'paper' or 'bootstrap'")
-    options = {"resamples": resamples, "confidence": confidence, "seed": seed}
-    p = paired_bootstrap(current, candidate, pass_rate, **options)
-    t = paired_bootstrap(current, candidate, trainable_rate, **options)
+    p = paired_bootstrap(current, candidate, pass_rate, resamples=resamples, confidence=confidence, seed=seed)
+    t = paired_bootstrap(current, candidate, trainable_rate, resamples=resamples, confidence=confidence, seed=seed)
     intervals = {"pass_rate": [p.estimate, p.low, p.high], "trainable_rate": [t.estimate, t.low, t.high]}
     if p.low < -margin or t.low < -margin:
         return Decision(

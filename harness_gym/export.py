@@ -143,7 +143,7 @@ def episode_tools(episode: Mapping[str, Any], tasks: str) -> list[dict[str, Any]
                 f"harness {harness} now has spec hash {info['spec_hash']}, the trajectory was recorded under "
                 f"{episode['spec_hash']}: its tools cannot be rebuilt"
             )
-        return env.unwrapped.tool_interface.schemas()
+        return env.tool_interface.schemas()
     finally:
         env.close()
 

@@ -6,7 +6,8 @@ A hook is data in the harness spec::
      "message": "{steps_remaining} steps left: ...", "max_fires": 2}
 
 ``event`` is one of :data:`EVENTS`; ``when`` holds predicates from :data:`PREDICATES` that must all
-hold; ``message`` is a template over :meth:`EpisodeState.fields`. A ``before_finish`` hook with
+hold (what a call did, edit or test, comes from its tool's role, :mod:`harness_gym.tools.roles`, never
+from its name; ``role_in`` matches roles, ``tool_in`` the names a spec chose); ``message`` is a template over :meth:`EpisodeState.fields`. A ``before_finish`` hook with
 ``block_finish: true`` turns the finishing call away once (the agent gets the message instead); a
 hook with ``stop_episode: true`` ends the episode (truncated, with the hook named as the reason).
 Trusted Python hooks register with :func:`register_hook_plugin` and are named in the spec as

@@ -64,5 +64,3 @@ class ExecutorSettings:
                 f"{SETTINGS_ENV} has unknown keys {sorted(unknown)}; known: {sorted(cls.__dataclass_fields__)}"
             )
         return cls(**data)
-
-

@@ -11,7 +11,7 @@ import asyncio
 import inspect
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -55,7 +55,12 @@ def as_agent(agent: Any) -> Any:
 
 def _resolve(value: Any) -> Any:
     """Await an async agent's answer (each episode runs in its own thread, so asyncio.run is safe)."""
-    return asyncio.run(value) if inspect.isawaitable(value) else value
+    return asyncio.run(_awaited(value)) if inspect.isawaitable(value) else value
+
+
+async def _awaited(value: Awaitable[Any]) -> Any:
+    """Any awaitable (not only a coroutine) as a coroutine, which asyncio.run takes."""
+    return await value
 
 
 def encode_call(
@@ -165,7 +170,8 @@ def run_episode(env: gym.Env, agent: Any, *, seed: int | None = None, task_id: s
             infos.append(info)
             break
         agent_s += time.perf_counter() - started
-        observation, reward, terminated, truncated, info = env.step(action)
+        observation, step_reward, terminated, truncated, info = env.step(action)
+        reward = float(step_reward)
         infos.append(info)
     inner = _unwrap(env)
     transcript = [dict(m) for m in inner.transcript]

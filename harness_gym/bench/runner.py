@@ -34,7 +34,6 @@ from harness_gym.tasks import Task, load_tasks
 CALIBRATION = ("reference", "null")  # agents whose Pass@1 is known: 1.0 and 0.0 in every harness
 
 
-
 class EpisodeFailure(BenchError):
     """An exception while running an episode, with the part that raised it: ``agent``, ``endpoint``, ``env`` or ``grader``."""
 
@@ -432,7 +431,7 @@ class BenchRunner:
                 ray.init(address=self.ray_address)
             else:
                 ray.init(num_cpus=self.workers, include_dashboard=False, log_to_driver=False)
-        remote = ray.remote(num_cpus=1)(lambda plan: work(plan))
+        remote: Any = ray.remote(num_cpus=1)(lambda plan: work(plan))
         queue = list(todo)
         pending: list[Any] = []
         while (queue and not self._stop.is_set()) or pending:
