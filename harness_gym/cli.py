@@ -301,8 +301,50 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
     return 1 if suite.errors else 0
 
 
+def _cmd_mutation_audit(args: argparse.Namespace) -> int:
+    """Grade N mutants of every reference solution; exit status 1 when any mutant survives."""
+    from tqdm import tqdm
+
+    from harness_gym.tasks import load_tasks
+    from harness_gym.tasks.mutation import mutation_audit
+
+    tasks = [t for t in load_tasks(args.suite) if t.solution]
+    if not tasks:
+        raise ValueError(f"no task of {args.suite} has a reference solution to mutate")
+    count = None if args.mutants == 0 else args.mutants
+    with tqdm(total=0, unit="mutant", desc="mutation audit", file=sys.stderr) as bar:
+
+        def progress(kind: str, n: int) -> None:
+            if kind == "total":
+                bar.total += n
+                bar.refresh()
+            else:
+                bar.update(n)
+
+        report = mutation_audit(
+            tasks,
+            count,
+            seed=args.seed,
+            workers=args.workers,
+            backend=args.sandbox,
+            results_path=args.results,
+            progress=progress,
+        )
+    print(report.table())
+    if args.json:
+        args.json.write_text(json.dumps(report.to_json(), indent=2), encoding="utf-8")
+        print(f"wrote {args.json}")
+    if args.markdown:
+        args.markdown.write_text(report.markdown(), encoding="utf-8")
+        print(f"wrote {args.markdown}")
+    unknown = [t.task_id for t in report.tasks if t.score is None]
+    return 1 if report.with_survivors() or unknown else 0
+
+
 def _cmd_audit(args: argparse.Namespace) -> int:
     """Run the exploit library against a suite; exit status 1 when any task is exploitable."""
+    if args.mutants is not None:
+        return _cmd_mutation_audit(args)
     from tqdm import tqdm
 
     from harness_gym.tasks import load_tasks
@@ -534,12 +576,19 @@ def build_parser() -> argparse.ArgumentParser:
     tasks.add_argument("--configs", default="training,heldout", help="check: harnesses to solve the tasks in")
     tasks.add_argument("--out", type=Path, help="generate: output folder (default generated-tasks)")
     tasks.add_argument("--count", type=int, default=1000, help="generate: how many tasks")
-    tasks.add_argument("--seed", type=int, default=0, help="generate: the seed (same seed, same tasks)")
+    tasks.add_argument(
+        "--seed", type=int, default=0, help="generate, audit --mutants: the seed (same seed, same tasks)"
+    )
     tasks.add_argument("--exploits", help="audit: comma-separated exploit names (default: all)")
     tasks.add_argument("--exploit-file", type=Path, help="audit: an exploit library YAML instead of the built-in one")
     tasks.add_argument("--workers", type=int, default=2, help="audit: exploits run in parallel")
     tasks.add_argument("--json", type=Path, help="audit: also write the results as JSON to this file")
     tasks.add_argument("--sandbox", help="audit: sandbox backend (default: bubblewrap, Docker for image tasks)")
+    tasks.add_argument(
+        "--mutants", type=int, help="audit: grade N mutants of each reference solution instead of exploits (0: all)"
+    )
+    tasks.add_argument("--results", type=Path, help="audit --mutants: JSON-lines results file; resumes from it")
+    tasks.add_argument("--markdown", type=Path, help="audit --mutants: also write the report as Markdown here")
     tasks.set_defaults(func=_cmd_tasks)
 
     serve = sub.add_parser("serve", help="serve a local model over an OpenAI-compatible API (CPU, for tests and demos)")

@@ -119,20 +119,26 @@ def _mutants(node: ast.AST) -> Iterator[tuple[str, ast.AST]]:
             yield "dropped branch", dropped
 
 
-def mutations(source: str, file: str) -> list[tuple[Mutation, str]]:
-    """Every single-site mutation of a source file, as (mutation, mutated source)."""
+NodeOperators = Callable[[ast.AST], Iterator[tuple[str, ast.AST]]]
+
+
+def candidate_mutations(
+    source: str, file: str, operators: NodeOperators | None = None
+) -> Iterator[tuple[Mutation, str]]:
+    """Every single-site mutation ``operators`` (default: the generator's own) propose for a source
+    file, as (mutation, mutated source), unchecked: the result may not parse or may equal ``source``."""
+    propose = operators or _mutants
     tree = ast.parse(source)
     lines = source.splitlines(keepends=True)
-    out = []
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Module)) or not hasattr(node, "lineno"):
             continue
         segment = ast.get_source_segment(source, node)
         if segment is None:
             continue
-        for operator, mutant in _mutants(node):
-            if node.lineno == node.end_lineno:
-                replacement = ast.unparse(mutant)
+        for operator, mutant in propose(node):
+            replacement = ast.unparse(mutant)
+            if node.lineno == node.end_lineno and "\n" not in replacement:
                 line = lines[node.lineno - 1]
                 start, end = node.col_offset, node.end_col_offset
                 new_line = line[:start] + replacement + line[end:]
@@ -144,12 +150,19 @@ def mutations(source: str, file: str) -> list[tuple[Mutation, str]]:
                 original = "".join(lines[node.lineno - 1 : node.end_lineno])
                 new_source = "".join(lines[: node.lineno - 1]) + body + "".join(lines[node.end_lineno :])
                 mutation = Mutation(operator, file, node.lineno, original, body)
-            try:
-                ast.parse(new_source)
-            except SyntaxError:
-                continue
-            if new_source != source:
-                out.append((mutation, new_source))
+            yield mutation, new_source
+
+
+def mutations(source: str, file: str) -> list[tuple[Mutation, str]]:
+    """Every single-site mutation of a source file that parses and changes it, as (mutation, mutated source)."""
+    out = []
+    for mutation, new_source in candidate_mutations(source, file):
+        try:
+            ast.parse(new_source)
+        except SyntaxError:
+            continue
+        if new_source != source:
+            out.append((mutation, new_source))
     return out
 
 
