@@ -78,13 +78,15 @@ def load_operators(path: str | None = None) -> dict[str, Any]:
     return data
 
 
+SYMMETRIC_COMPARISONS = (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)  # sides swapped: the same test
+
 _CONSTANT_CHANGES: dict[str, Callable[[Any], Any]] = {
     "zero": lambda v: type(v)(0),
     "negated": lambda v: -v,
     "doubled": lambda v: 2 * v,
     "plus_one": lambda v: v + 1.0,
     "emptied": lambda v: "",
-    "suffixed": lambda v: v + "_",
+    "suffixed": lambda v: v + "x",
 }
 
 
@@ -92,12 +94,40 @@ def _shifted(node: ast.expr, delta: int) -> ast.expr:
     return ast.BinOp(copy.deepcopy(node), ast.Add() if delta > 0 else ast.Sub(), ast.Constant(abs(delta)))
 
 
-def code_operators(table: Mapping[str, Any]) -> Callable[[ast.AST], Iterator[tuple[str, ast.AST]]]:
-    """Node operators: the generator's, then those the ``code`` table adds (see mutation_operators.yaml)."""
+def _place(node: ast.AST) -> tuple[str, int, int, int | None, int | None]:
+    return (
+        type(node).__name__,
+        getattr(node, "lineno", 0),
+        getattr(node, "col_offset", 0),
+        getattr(node, "end_lineno", None),
+        getattr(node, "end_col_offset", None),
+    )
+
+
+def message_strings(source: str) -> set[tuple[str, int, int, int | None, int | None]]:
+    """Places of string constants that are no behaviour: docstrings, exception messages, f-string
+    text. Changing them makes no wrong solution, so no mutant."""
+    places = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Module)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                places.add(_place(first.value))
+        if isinstance(node, (ast.Raise, ast.JoinedStr)):
+            places |= {_place(n) for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    return places
+
+
+def code_operators(
+    table: Mapping[str, Any], protected: set[tuple[str, int, int, int | None, int | None]] = frozenset()
+) -> Callable[[ast.AST], Iterator[tuple[str, ast.AST]]]:
+    """Node operators: the generator's, then those the ``code`` table adds (see mutation_operators.yaml);
+    ``protected``: places of constants left alone (see :func:`message_strings`)."""
     swaps = {getattr(ast, k): [getattr(ast, v) for v in vs] for k, vs in table["binary_swaps"].items()}
     swapped_operands = tuple(getattr(ast, name) for name in table["swapped_operands"])
     dropped = tuple(getattr(ast, name) for name in table["dropped_statements"])
     constants = table["constant_changes"]
+    commutative = set(table.get("commutative_calls", []))
 
     def propose(node: ast.AST) -> Iterator[tuple[str, ast.AST]]:
         yield from generator_operators(node)
@@ -108,7 +138,12 @@ def code_operators(table: Mapping[str, Any]) -> Callable[[ast.AST], Iterator[tup
                 yield "operator swap", new
         if isinstance(node, ast.BinOp) and isinstance(node.op, swapped_operands):
             yield "swapped arguments", ast.BinOp(copy.deepcopy(node.right), node.op, copy.deepcopy(node.left))
-        if table["swapped_comparison_sides"] and isinstance(node, ast.Compare) and len(node.ops) == 1:
+        if (
+            table["swapped_comparison_sides"]
+            and isinstance(node, ast.Compare)
+            and len(node.ops) == 1
+            and not isinstance(node.ops[0], SYMMETRIC_COMPARISONS)
+        ):
             yield (
                 "swapped arguments",
                 ast.Compare(copy.deepcopy(node.comparators[0]), node.ops, [copy.deepcopy(node.left)]),
@@ -118,13 +153,16 @@ def code_operators(table: Mapping[str, Any]) -> Callable[[ast.AST], Iterator[tup
             and isinstance(node, ast.Call)
             and len(node.args) >= 2
             and not any(isinstance(a, ast.Starred) for a in node.args[:2])
+            and not (isinstance(node.func, ast.Name) and node.func.id in commutative)
         ):
             new = copy.deepcopy(node)
             new.args[0], new.args[1] = new.args[1], new.args[0]
             yield "swapped arguments", new
-        if isinstance(node, ast.Constant) and not isinstance(node.value, bool):
+        if isinstance(node, ast.Constant) and not isinstance(node.value, bool) and _place(node) not in protected:
             kind = type(node.value).__name__
             for change in constants.get(kind, []):
+                if change == "negated" and not node.value:
+                    continue  # -0 is 0
                 yield "constant change", ast.Constant(_CONSTANT_CHANGES[change](node.value))
         docstring = isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
         if not docstring and (
@@ -268,7 +306,7 @@ def code_mutants(path: str, before: str | None, after: str, table: Mapping[str, 
 
     proposals: list[tuple[str, int, str]] = [
         (m.operator, m.line, text)
-        for m, text in candidate_mutations(after, path, code_operators(table))
+        for m, text in candidate_mutations(after, path, code_operators(table, message_strings(after)))
         if inside(m.line)
     ]
     proposals += [("early return", line, text) for line, text in _early_returns(after, ranges, table["early_returns"])]
@@ -285,6 +323,7 @@ def code_mutants(path: str, before: str | None, after: str, table: Mapping[str, 
         pool.mutants.append(Mutant(operator, path, line, {path: text}, unified_diff(path, after, text)))
 
 
+_PYTHON_SHEBANG = re.compile(r"#![^\n]*python")
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])")
 _HEADING = re.compile(r"^(#{1,6} |\[[^\]]+\]\s*$|[A-Za-z][\w .-]*:\s*$)")
 
@@ -326,8 +365,13 @@ def _sections(lines: Sequence[str]) -> list[tuple[int, int]]:
 
 
 def output_perturbations(text: str, table: Mapping[str, Any]) -> Iterator[tuple[str, int, str]]:
-    """(operator, line, perturbed text) for a reference output file."""
+    """(operator, line, perturbed text) for a reference output file. A JSON document's lines are
+    not reordered (swapped object members are the same document; its lists are reversed instead)."""
     lines = text.splitlines(keepends=True)
+    try:
+        document = json.loads(text)
+    except ValueError:
+        document = None
     truncated = table.get("truncated", [])
     if "last_line_dropped" in truncated and lines:
         yield "truncated", len(lines), "".join(lines[:-1])
@@ -336,9 +380,9 @@ def output_perturbations(text: str, table: Mapping[str, Any]) -> Iterator[tuple[
     if "emptied" in truncated:
         yield "truncated", 1, ""
     reordered = table.get("reordered", [])
-    if "lines_reversed" in reordered and len(lines) >= 2:
+    if "lines_reversed" in reordered and len(lines) >= 2 and document is None:
         yield "reordered", 1, "".join(line if line.endswith("\n") else line + "\n" for line in reversed(lines))
-    if "adjacent_lines_swapped" in reordered:
+    if "adjacent_lines_swapped" in reordered and document is None:
         for i in range(len(lines) - 1):
             swapped = list(lines)
             swapped[i], swapped[i + 1] = swapped[i + 1], swapped[i]
@@ -353,10 +397,6 @@ def output_perturbations(text: str, table: Mapping[str, Any]) -> Iterator[tuple[
             changed = f"{int(whole) + delta}{dot}{fraction}"
             line = text.count("\n", 0, match.start()) + 1
             yield "off-by-one number", line, text[: match.start()] + changed + text[match.end() :]
-    try:
-        document = json.loads(text)
-    except ValueError:
-        document = None
     empty_sections = table.get("empty_sections", [])
     if document is not None:
         indent = 2 if "\n" in text.strip() else None
@@ -416,7 +456,8 @@ def mutant_pool(
     """Every valid mutant of the files the reference solution changed or created (``original`` and
     ``reference``: text files by relative path, before and after it ran), deduplicated.
 
-    Python files that existed are the code it fixed: code mutants. Every other file is perturbed
+    Python files that existed are the code it fixed: code mutants (so are Python scripts it wrote
+    as outputs). Every other file is perturbed
     only where it is an output: a path in ``mentioned`` or under a folder there (None: every file);
     a helper script the solution wrote and ran is no output, and mutating it changes nothing graded."""
     pool = MutantPool()
@@ -424,7 +465,7 @@ def mutant_pool(
         before = original.get(path)
         if before == after or not ((before is not None and path.endswith(".py")) or _is_output(path, mentioned)):
             continue
-        if path.endswith(".py"):
+        if path.endswith(".py") or _PYTHON_SHEBANG.match(after):
             try:
                 code_mutants(path, before, after, operators["code"], pool)
                 continue
