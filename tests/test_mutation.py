@@ -1,0 +1,192 @@
+"""The mutation audit (tasks/mutation.py): mutants of reference solutions graded by the tasks' own
+graders in the sandbox. A weak suite is flagged with its surviving mutant; every built-in task
+kills every mutant of its operators (the full check is slow; a sample runs by default)."""
+
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import yaml
+from conftest import requires_bwrap
+
+from harness_gym.tasks import load_tasks
+from harness_gym.tasks.base import TaskError
+from harness_gym.tasks.builtin import builtin_root, load_task_dir
+from harness_gym.tasks.mutation import (
+    MutantPool,
+    changed_function_ranges,
+    code_mutants,
+    load_operators,
+    mutant_pool,
+    mutation_audit,
+    output_perturbations,
+)
+
+OPERATORS = load_operators()
+
+CLAMP = '''\
+def clamp(value, low, high):
+    """value limited to [low, high]."""
+    if value < low:
+        return low
+    if value > high:
+        return low
+    return value
+
+
+def double(x):
+    return x * 2
+'''
+
+
+def added_lines(diff):
+    return [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+
+
+def test_code_mutants_stay_in_the_changed_function_and_skip_docstrings_and_messages():
+    fixed = CLAMP.replace("        return low\n    return value", "        return high\n    return value")
+    assert changed_function_ranges(CLAMP, fixed) == [(1, 7)]
+    pool = MutantPool()
+    code_mutants("calc.py", CLAMP, fixed, OPERATORS["code"], pool)
+    operators = {m.operator for m in pool.mutants}
+    assert {"wrong comparison", "dropped statement", "early return", "swapped arguments"} <= operators
+    assert all(m.line <= 7 for m in pool.mutants)  # double() was not changed: not mutated
+    assert not [m for m in pool.mutants if "limited" in "".join(added_lines(m.diff))]  # docstring
+    assert ["if value <= low:"] in [added_lines(m.diff) for m in pool.mutants]
+    raising = 'def f(x):\n    if x < 0:\n        raise ValueError(f"bad {x}")\n    return x\n'
+    pool = MutantPool()
+    code_mutants("f.py", None, raising, OPERATORS["code"], pool)
+    assert pool.mutants and all("bad {x}" in m.files["f.py"] or "raise" not in m.files["f.py"] for m in pool.mutants)
+
+
+def test_invalid_and_duplicate_mutants_are_discarded_and_counted():
+    source = "def f(items):\n    for item in items:\n        if item:\n            break\n    return 0\n"
+    pool = mutant_pool({}, {"f.py": source}, OPERATORS)
+    digests = [m.digest for m in pool.mutants]
+    assert len(digests) == len(set(digests))
+    for mutant in pool.mutants:
+        compile(mutant.files["f.py"], "f.py", "exec")
+        assert mutant.files["f.py"] != source
+    assert pool.identical >= 1  # `0` doubled is `0`
+
+
+def test_output_perturbations():
+    text = "3 beta\n12 alpha\n"
+    found = {(op, out) for op, _, out in output_perturbations(text, OPERATORS["output"])}
+    assert ("truncated", "3 beta\n") in found and ("reordered", "12 alpha\n3 beta\n") in found
+    assert ("off-by-one number", "3 beta\n13 alpha\n") in found and ("off-by-one number", "2 beta\n12 alpha\n") in found
+    document = '{\n  "a": [1, 2],\n  "b": 3\n}\n'
+    perturbed = [(op, out) for op, _, out in output_perturbations(document, OPERATORS["output"])]
+    assert ("reordered", '{\n  "a": [\n    2,\n    1\n  ],\n  "b": 3\n}\n') in perturbed
+    assert not [out for op, out in perturbed if op == "reordered" and out.startswith('{\n  "b"')]
+    assert ("empty section", json.dumps({"a": [], "b": 3}, indent=2) + "\n") in perturbed
+    markdown = "# Title\n\n## Usage\nrun it\n\n## Notes\nnone\n"
+    sections = [out for op, _, out in output_perturbations(markdown, OPERATORS["output"]) if op == "empty section"]
+    assert "# Title\n\n## Usage\n## Notes\nnone\n" in sections
+
+
+def test_a_bad_operator_table_is_named(tmp_path):
+    bad = tmp_path / "ops.yaml"
+    data = yaml.safe_load((builtin_root().parent / "mutation_operators.yaml").read_text())
+    data["code"]["binary_swaps"]["Add"] = ["Plus"]
+    bad.write_text(yaml.safe_dump(data))
+    with pytest.raises(TaskError, match=r"binary_swaps.*Plus"):
+        load_operators(str(bad))
+
+
+# ------------------------------------------------------------------------- in the real sandbox
+
+
+def clamp_task(root, hidden_tests, name="weak-clamp"):
+    """A repair task in the built-in format, graded by the built-in hidden-test runner (copied)."""
+    folder = root / name
+    (folder / "workspace").mkdir(parents=True)
+    (folder / "workspace" / "calc.py").write_text(CLAMP)
+    (folder / "grader").mkdir()
+    for shared in ("run_hidden_tests.py", "evaluate_calls.py", "verdict.py"):
+        shutil.copy2(builtin_root() / "_shared" / shared, folder / "grader" / shared)
+    steps = [{"call": call, "equals": equals} for call, equals in hidden_tests]
+    (folder / "grader" / "hidden_tests.json").write_text(
+        json.dumps({"setup": "from calc import clamp", "tests": {"test_clamp": steps}})
+    )
+    (folder / "task.yaml").write_text(
+        textwrap.dedent(
+            f"""\
+            id: {name}
+            split: train
+            instruction: clamp() in /workspace/calc.py returns low above the range. Fix it.
+            grade_command: python3 -I {{grader}}/run_hidden_tests.py
+            signed_verdict: true
+            solution:
+            - tool: file_editor
+              arguments: {{command: str_replace, path: calc.py, old_str: "        return low\\n    return value",
+                new_str: "        return high\\n    return value"}}
+            """
+        )
+    )
+    return load_task_dir(folder)
+
+
+@requires_bwrap
+def test_a_weak_suite_is_flagged_with_its_surviving_mutant(tmp_path):
+    weak = clamp_task(tmp_path / "suite", [("clamp(15, 0, 10)", "10")])
+    strong = clamp_task(
+        tmp_path / "strong",
+        [(f"clamp({v}, 0, 10)", str(e)) for v, e in ((15, 10), (-5, 0), (5, 5), (0, 0), (10, 10), (11, 10))],
+        name="strong-clamp",
+    )
+    report = mutation_audit([weak, strong], None, workers=2)
+    weak_result, strong_result = report.tasks
+    assert weak_result.error is None and weak_result.valid > 10 and not weak_result.errors
+    dropped = [s for s in weak_result.survivors if added_lines(s.diff) == ["pass"] and "-        return low" in s.diff]
+    assert dropped, report.table()  # below the range nothing is checked: dropping `return low` is paid
+    assert weak_result.score is not None and weak_result.score < 1.0
+    # the strong suite kills it; what survives there is `<`/`>` turned `<=`/`>=`: the same function
+    assert not [s for s in strong_result.survivors if s.mutant == dropped[0].mutant]
+    assert {s.operator for s in strong_result.survivors} == {"wrong comparison"}, report.table()
+    assert report.survivor_share == 1.0
+
+
+@requires_bwrap
+def test_the_audit_command_writes_survivors_and_resumes(tmp_path):
+    clamp_task(tmp_path / "suite", [("clamp(15, 0, 10)", "10")])
+    out, markdown, results = tmp_path / "m.json", tmp_path / "m.md", tmp_path / "results.jsonl"
+    command = [
+        sys.executable, "-m", "harness_gym.cli", "tasks", "audit", f"generated:{tmp_path / 'suite'}",
+        "--mutants", "8", "--workers", "2", "--json", str(out), "--markdown", str(markdown), "--results", str(results),
+    ]  # fmt: skip
+    run = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1, run.stdout + run.stderr  # survivors: exit status 1
+    data = json.loads(out.read_text())
+    entry = data["per_task"]["weak-clamp"]
+    assert entry["valid"] == 8 and entry["survived"] >= 1 and data["tasks_with_survivors"] == 1
+    assert all(s["diff"].startswith("--- a/calc.py") for s in entry["survivors"])
+    assert "SURVIVED weak-clamp" in run.stdout and "```diff" in markdown.read_text()
+    graded = results.read_text().splitlines()
+    assert len(graded) == 8
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 1 and results.read_text().splitlines() == graded  # nothing graded twice
+    assert json.loads(out.read_text())["per_task"]["weak-clamp"] == entry
+
+
+def assert_all_killed(report):
+    weak = {t.task_id: t.score for t in report.tasks if t.score != 1.0}
+    assert not weak, report.table()
+
+
+@requires_bwrap
+def test_every_builtin_task_kills_a_sample_of_its_mutants():
+    tasks = load_tasks("builtin")
+    assert len(tasks) == 40
+    assert_all_killed(mutation_audit(tasks, 3, seed=1, workers=2))
+
+
+@requires_bwrap
+@pytest.mark.slow
+def test_every_builtin_task_kills_every_mutant():
+    report = mutation_audit(load_tasks("builtin"), None, workers=2)
+    assert_all_killed(report)
+    assert sum(t.valid for t in report.tasks) > 1000
