@@ -265,7 +265,8 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
 
         out = args.out or Path("generated-tasks")
         with tqdm(total=args.count, unit="task", desc="generating", file=sys.stderr) as bar:
-            ids = generate(out, args.count, args.seed, progress=lambda n: bar.update(1))
+            checked = {} if args.mutants is None else {"mutants": args.mutants}
+            ids = generate(out, args.count, args.seed, progress=lambda n: bar.update(1), **checked)
         print(f"{len(ids)} verified tasks in {out} (load them with tasks='generated:{out}')")
         if len(ids) < args.count:
             print(f"only {len(ids)} distinct mutations that the hidden tests detect exist in the built-in projects")
@@ -585,7 +586,10 @@ def build_parser() -> argparse.ArgumentParser:
     tasks.add_argument("--json", type=Path, help="audit: also write the results as JSON to this file")
     tasks.add_argument("--sandbox", help="audit: sandbox backend (default: bubblewrap, Docker for image tasks)")
     tasks.add_argument(
-        "--mutants", type=int, help="audit: grade N mutants of each reference solution instead of exploits (0: all)"
+        "--mutants",
+        type=int,
+        help="audit: grade N mutants of each reference solution instead of exploits (0: all); "
+        "generate: keep only tasks whose tests kill N mutants per buggy function (default 5, 0: no check)",
     )
     tasks.add_argument("--results", type=Path, help="audit --mutants: JSON-lines results file; resumes from it")
     tasks.add_argument("--markdown", type=Path, help="audit --mutants: also write the report as Markdown here")

@@ -190,3 +190,14 @@ def test_every_builtin_task_kills_every_mutant():
     report = mutation_audit(load_tasks("builtin"), None, workers=2)
     assert_all_killed(report)
     assert sum(t.valid for t in report.tasks) > 1000
+
+
+@requires_bwrap
+def test_generated_tasks_record_their_grader_strength_and_kill_their_mutants(tmp_path):
+    from harness_gym.tasks.generator import generate
+
+    assert len(generate(tmp_path / "g", count=4, seed=0)) == 4
+    tasks = load_tasks(f"generated:{tmp_path / 'g'}")
+    assert [t.metadata["mutation_score"] for t in tasks] == [1.0] * 4
+    assert all(t.metadata["mutants_checked"] >= 1 for t in tasks)
+    assert_all_killed(mutation_audit(tasks, 3, workers=2))

@@ -295,10 +295,17 @@ def _early_returns(source: str, ranges: Sequence[tuple[int, int]], kinds: Sequen
             yield first.lineno, "".join([*lines[: first.lineno - 1], inserted, *lines[first.lineno - 1 :]])
 
 
-def code_mutants(path: str, before: str | None, after: str, table: Mapping[str, Any], pool: MutantPool) -> None:
+def code_mutants(
+    path: str,
+    before: str | None,
+    after: str,
+    table: Mapping[str, Any],
+    pool: MutantPool,
+    ranges: Sequence[tuple[int, int]] | None = None,
+) -> None:
     """Add to ``pool`` every code mutant of ``after`` (a Python file the reference changed) inside the
-    functions it changed."""
-    ranges = changed_function_ranges(before, after)
+    functions it changed (or inside ``ranges``, lines of ``after``)."""
+    ranges = changed_function_ranges(before, after) if ranges is None else ranges
     reference_tree = ast.dump(ast.parse(after))
 
     def inside(line: int) -> bool:
