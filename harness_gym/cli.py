@@ -210,8 +210,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     from harness_gym.bench import load_records, write_report
+    from harness_gym.bench.report import load_mutation_scores
 
-    paths = write_report(load_records(args.results), args.out or Path(args.results).parent)
+    scores = load_mutation_scores(args.mutation_scores) if args.mutation_scores else None
+    paths = write_report(load_records(args.results), args.out or Path(args.results).parent, mutation_scores=scores)
     for kind, path in paths.items():
         print(f"{kind}: {path}")
     return 0
@@ -556,6 +558,9 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="write the report of a results file")
     report.add_argument("results", type=Path)
     report.add_argument("--out", type=Path, help="folder for report.md/json and plots (default: beside the results)")
+    report.add_argument(
+        "--mutation-scores", type=Path, help="a `tasks audit --mutants --json` file: Pass@1 on strong-grader tasks too"
+    )
     report.set_defaults(func=_cmd_report)
 
     compare = sub.add_parser("compare", help="paired bootstrap differences between two results files, per class")

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections import Counter
 
 import pytest
 import yaml
@@ -201,3 +202,69 @@ def test_generated_tasks_record_their_grader_strength_and_kill_their_mutants(tmp
     assert [t.metadata["mutation_score"] for t in tasks] == [1.0] * 4
     assert all(t.metadata["mutants_checked"] >= 1 for t in tasks)
     assert_all_killed(mutation_audit(tasks, 3, workers=2))
+
+
+# ------------------------------------------------------------------- trainer dataset, bench report
+
+
+def audit_file(path, scores):
+    path.write_text(json.dumps({"per_task": {task: {"score": score} for task, score in scores.items()}}))
+    return path
+
+
+def test_the_dataset_drops_or_down_weights_weak_grader_tasks(tmp_path):
+    from trainers import dataset as ds
+
+    ids = [t.id for t in load_tasks("builtin:train")]
+    weak, unknown, strong = ids[:2], ids[2], ids[3:]
+    scores = audit_file(tmp_path / "audit.json", {**dict.fromkeys(weak, 0.5), **dict.fromkeys(strong, 1.0)})
+    settings = {"kind": "harness", "suite": "builtin:train", "harness": "HarnessAdapt-H1", "repeats": 40}
+    kept = Counter(labels(ds.build({**settings, "min_mutation_score": 1.0, "mutation_scores": str(scores)})))
+    assert set(kept) == set(strong) and set(kept.values()) == {40}  # weak and never audited: dropped
+    halved = Counter(labels(ds.build({**settings, "min_mutation_score": 1.0, "weak_task_weight": 0.5,
+                                      "mutation_scores": str(scores)})))  # fmt: skip
+    assert all(halved[t] == 40 for t in strong) and all(8 <= halved[t] <= 32 for t in [*weak, unknown])
+    assert Counter(labels(ds.build(settings))) == Counter(dict.fromkeys(ids, 40))  # no setting: all
+    out = tmp_path / "rows.jsonl"
+    command = ["--suite", "builtin:train", "--out", str(out), "--kind", "harness", "--harness", "HarnessAdapt-H1"]
+    assert ds.main([*command, "--min-mutation-score", "1", "--mutation-scores", str(scores)]) == 0
+    assert json.loads((tmp_path / "rows.jsonl.manifest.json").read_text())["tasks"] == len(strong)
+    (tmp_path / "bad.json").write_text("[]")
+    assert ds.main([*command, "--min-mutation-score", "1", "--mutation-scores", str(tmp_path / "bad.json")]) == 2
+
+
+def labels(rows):
+    return [json.loads(r["label"])["task_id"] for r in rows]
+
+
+def episode(task, passed):
+    return {
+        "episode_id": f"H|{task}|0", "harness": "Harness-S0T0O0C0W0", "class": "training",
+        "config": "S0T0O0C0W0", "task_id": task, "run": 0, "reward": float(passed), "passed": passed,
+        "steps": 2, "tool_calls": 2, "valid_tool_calls": 2, "no_call_steps": 0, "error": None,
+    }  # fmt: skip
+
+
+def test_the_bench_report_shows_pass_at_1_on_strong_grader_tasks(tmp_path):
+    from harness_gym.bench.report import render_markdown, summarize
+
+    records = [episode("t0", True), episode("t1", False), episode("t2", True), episode("t3", True)]
+    assert summarize(records, resamples=50)["strong_grader"] is None  # no score known: no figure
+    scores = audit_file(tmp_path / "audit.json", {"t0": 1.0, "t1": 1.0, "t2": 0.5})
+    summary = summarize(records, resamples=50, mutation_scores={"t0": 1.0, "t1": 1.0, "t2": 0.5})
+    strong = summary["strong_grader"]
+    assert (strong["tasks"], strong["weak_tasks"], strong["unknown_tasks"]) == (2, 1, 1)
+    assert strong["pass_at_1"] == 0.5 and summary["overall"]["pass_at_1"] == 0.75
+    assert "Pass@1 on strong-grader tasks" in render_markdown(summary) and "beside 75.0% overall" in render_markdown(
+        summary
+    )
+    results = tmp_path / "results.jsonl"
+    results.write_text("".join(json.dumps(r) + "\n" for r in records))
+    run = subprocess.run(
+        [sys.executable, "-m", "harness_gym.cli", "report", str(results), "--mutation-scores", str(scores)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "Pass@1 on strong-grader tasks (mutation score 1; 2 tasks" in (tmp_path / "report.md").read_text()
