@@ -190,7 +190,7 @@ def test_every_builtin_task_kills_a_sample_of_its_mutants():
 def test_every_builtin_task_kills_every_mutant():
     report = mutation_audit(load_tasks("builtin"), None, workers=2)
     assert_all_killed(report)
-    assert sum(t.valid for t in report.tasks) > 1000
+    assert sum(t.valid for t in report.tasks) >= 900
 
 
 @requires_bwrap
@@ -268,3 +268,39 @@ def test_the_bench_report_shows_pass_at_1_on_strong_grader_tasks(tmp_path):
     )
     assert run.returncode == 0, run.stderr
     assert "Pass@1 on strong-grader tasks (mutation score 1; 2 tasks" in (tmp_path / "report.md").read_text()
+
+
+# ------------------------------------------------------------------------ a SWE-format instance
+
+GOLD_PATCH = (
+    "--- a/calc.py\n+++ b/calc.py\n@@ -1,5 +1,5 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n \n \n"
+    " def sub(a, b):\n"
+)
+WEAK_TEST_PATCH = (
+    "--- a/tests/test_calc.py\n+++ b/tests/test_calc.py\n@@ -4,3 +4,7 @@\n \n def test_sub():\n"
+    "     assert sub(5, 3) == 2\n+\n+\n+def test_add():\n+    assert add(2, 2) == 4\n"
+)
+
+
+def test_the_audit_of_a_swe_format_instance_runs_end_to_end_in_its_image(swe_image, tmp_path, monkeypatch):
+    """The gold patch is the reference (replayed in the instance's container); mutants of the
+    function it changed run the instance's FAIL_TO_PASS / PASS_TO_PASS tests there. Its one new
+    test, add(2, 2) == 4, also passes for a * b: the survivor a policy could be paid for."""
+    host, tag = swe_image
+    monkeypatch.setenv("DOCKER_HOST", host)
+    monkeypatch.setenv("HARNESS_GYM_CACHE", str(tmp_path / "cache"))
+    rows = tmp_path / "swe.jsonl"
+    row = {
+        "repo": "demo/calc", "instance_id": "demo__calc-1", "base_commit": "abc", "patch": GOLD_PATCH,
+        "test_patch": WEAK_TEST_PATCH, "problem_statement": "add() subtracts instead of adding.",
+        "FAIL_TO_PASS": json.dumps(["tests/test_calc.py::test_add"]),
+        "PASS_TO_PASS": json.dumps(["tests/test_calc.py::test_sub"]),
+    }  # fmt: skip
+    rows.write_text(json.dumps(row) + "\n")
+    (task,) = load_tasks(f"swebench:{rows}#image={tag}")
+    report = mutation_audit([task], None, workers=2)
+    (entry,) = report.tasks
+    assert entry.error is None and not entry.errors, report.table()
+    assert entry.valid >= 4 and all(r.file == "calc.py" and r.line <= 2 for r in entry.results)  # add() only
+    assert [added_lines(s.diff) for s in entry.survivors] == [["return a * b"]], report.table()
+    assert entry.killed == entry.valid - 1

@@ -524,20 +524,26 @@ def _open_sandbox(task: Task, backend: str | None, sandbox_options: Mapping[str,
     return create_sandbox(chosen, task.image, **dict(sandbox_options or {}))
 
 
-def replay_solution(sandbox: Sandbox, task: Task, timeout_s: float = 300.0) -> None:
+def replay_solution(sandbox: Sandbox, task: Task, timeout_s: float = 300.0) -> list[str]:
     """Run the task's reference tool calls in a started sandbox (bash through the shell, edits
-    through the file_editor tool script), as the reference agent would."""
+    through the file_editor tool script), as the reference agent would; returns the failed steps'
+    output (what to show when the reference does not score 1)."""
     mount = shlex.quote(task.mount_path)
-    for step in task.solution:
+    failures = []
+    for number, step in enumerate(task.solution, 1):
         arguments = dict(step.get("arguments", {}))
         sandbox.run(f"cd {mount}", timeout_s)
         if step.get("tool") == "execute_bash":
-            sandbox.run(str(arguments.get("command", "")), timeout_s)
+            result = sandbox.run(str(arguments.get("command", "")), timeout_s)
         elif step.get("tool") == "file_editor":
-            if arguments.get("command") != "view":
-                sandbox.run_tool("file_editor.py", {**arguments, "root": task.mount_path}, timeout_s)
+            if arguments.get("command") == "view":
+                continue
+            result = sandbox.run_tool("file_editor.py", {**arguments, "root": task.mount_path}, timeout_s)
         else:
             raise TaskError(f"task {task.id}: the audit cannot replay solution tool {step.get('tool')!r}")
+        if result.exit_code != 0:
+            failures.append(f"step {number} exited {result.exit_code}: {result.output[-500:]}")
+    return failures
 
 
 def _graded(task: Task) -> Task:
@@ -576,14 +582,18 @@ def build_reference(
         workspace = sandbox.new_workspace()
         task.materialize(workspace)
         sandbox.start(workspace, task.mount_path, task.hidden_paths)
-        replay_solution(sandbox, task)
+        failures = replay_solution(sandbox, task)
+        # before grading: a grader may change the workspace (SWE-format ones apply the test patch)
+        shutil.copytree(workspace, destination, symlinks=True, dirs_exist_ok=True)
         started = time.perf_counter()
         result = _graded(task).grade(sandbox, [{"role": "user", "content": task.instruction}, *TRANSCRIPT])
         grading_s = time.perf_counter() - started
-        shutil.copytree(workspace, destination, symlinks=True, dirs_exist_ok=True)
     finally:
         sandbox.close()
-    return Reference(destination, result.reward, result.error, original, _text_files(destination), grading_s)
+    why = "; ".join([*([result.error] if result.error else []), *failures])
+    if result.reward < 1.0 and not why:
+        why = f"breakdown {json.dumps(result.breakdown, default=str)[:500]}"
+    return Reference(destination, result.reward, why or None, original, _text_files(destination), grading_s)
 
 
 @dataclass(frozen=True)
