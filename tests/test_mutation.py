@@ -304,3 +304,44 @@ def test_the_audit_of_a_swe_format_instance_runs_end_to_end_in_its_image(swe_ima
     assert entry.valid >= 4 and all(r.file == "calc.py" and r.line <= 2 for r in entry.results)  # add() only
     assert [added_lines(s.diff) for s in entry.survivors] == [["return a * b"]], report.table()
     assert entry.killed == entry.valid - 1
+
+
+# ------------------------------------------------------------- a ClawGym task's reference output
+
+WS = "/root/.openclaw/workspace"
+
+
+def clawgym_suite(root, check, task_id):
+    """A ClawGym task (sum the numbers into total.txt) with a reference output and a grader ``check``."""
+    task = root / "task_0000"
+    (task / "input_files").mkdir(parents=True)
+    (task / "input_files" / "numbers.txt").write_text("3\n4\n5\n")
+    (task / "reference_output").mkdir()
+    (task / "reference_output" / "total.txt").write_text("12\n")
+    (task / "reward").mkdir()
+    (task / "reward" / "check.py").write_text(
+        f"import os\npath = '{WS}/total.txt'\n"
+        "text = open(path).read().strip() if os.path.isfile(path) else ''\n"
+        f"print(1.0 if {check} else 0.0)\n"
+    )
+    (task / "reward" / "reward.sh").write_text("python3 reward/check.py\n")
+    entry = {
+        "task_id": task_id, "user_query": f"Write the sum of numbers.txt to {WS}/total.txt.",
+        "input_mount_dir": WS, "metadata": {"grading_type": "automated"},
+    }  # fmt: skip
+    (task / "data_entry.json").write_text(json.dumps(entry))
+    return load_tasks(f"clawgym:{root}")
+
+
+@requires_bwrap
+def test_a_clawgym_reference_output_is_perturbed(tmp_path):
+    (weak,) = clawgym_suite(tmp_path / "weak", "text.isdigit()", "weak-sum")
+    (strong,) = clawgym_suite(tmp_path / "strong", "text == '12'", "strong-sum")
+    assert weak.solution and "12" not in json.dumps(weak.solution)  # written from base64, never shown
+    report = mutation_audit([weak, strong], None)
+    weak_result, strong_result = report.tasks
+    assert weak_result.error is None and {s.operator for s in weak_result.survivors} == {"off-by-one number"}
+    assert sorted("".join(added_lines(s.diff)) for s in weak_result.survivors) == ["11", "13"]
+    assert strong_result.score == 1.0 and strong_result.valid == 3, report.table()  # empty, 11 or 13
+    with pytest.raises(ValueError, match="weak-sum"):
+        mutation_audit([weak, weak], 1)

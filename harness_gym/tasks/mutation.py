@@ -835,6 +835,9 @@ def mutation_audit(
     already in it (without an audit error) are not graded again."""
     if workers < 1:
         raise ValueError(f"workers must be at least 1, not {workers}")
+    repeated = sorted({t.id for t in tasks if [u.id for u in tasks].count(t.id) > 1})
+    if repeated:
+        raise ValueError(f"task ids must be unique in one audit; repeated: {repeated}")
     if backend in UNSAFE_BACKENDS:
         raise SandboxError(f"the mutation audit runs graders and refuses the {backend!r} backend (no isolation)")
     table = dict(operators or load_operators())
