@@ -233,6 +233,8 @@ def generate(
     sampled mutants (tasks/mutation.py) of each function its bugs are in: a grader that accepts a
     wrong fix there would pay for it (0: no such check). The score is in the task's metadata.
     """
+    if mutants < 0:
+        raise ValueError(f"mutants must be 0 (no check) or more, not {mutants}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     projects = [
