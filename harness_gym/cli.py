@@ -587,7 +587,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tasks.add_argument("--exploits", help="audit: comma-separated exploit names (default: all)")
     tasks.add_argument("--exploit-file", type=Path, help="audit: an exploit library YAML instead of the built-in one")
-    tasks.add_argument("--workers", type=int, default=2, help="audit: exploits run in parallel")
+    tasks.add_argument("--workers", type=int, default=2, help="audit: exploits (or mutants) run in parallel")
     tasks.add_argument("--json", type=Path, help="audit: also write the results as JSON to this file")
     tasks.add_argument("--sandbox", help="audit: sandbox backend (default: bubblewrap, Docker for image tasks)")
     tasks.add_argument(
