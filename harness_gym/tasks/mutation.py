@@ -673,7 +673,7 @@ def run_mutant(
         sandbox.start(workspace, task.mount_path, task.hidden_paths)
         result = _graded(task).grade(sandbox, [{"role": "user", "content": task.instruction}, *TRANSCRIPT])
         return MutantResult(**base, reward=result.reward, grader_error=result.error, equivalent=equivalent)
-    except (SandboxError, OSError, TaskError) as exc:
+    except (OSError, RuntimeError, ValueError) as exc:
         return MutantResult(**base, reward=0.0, audit_error=f"{type(exc).__name__}: {exc}")
     finally:
         sandbox.close()
@@ -862,7 +862,7 @@ def mutation_audit(
                 return []
             try:
                 reference = build_reference(task, Path(scratch) / task.id, backend, sandbox_options)
-            except (SandboxError, OSError, TaskError) as exc:
+            except (OSError, RuntimeError, ValueError) as exc:  # SandboxError, TaskError, a missing image: reported
                 entry.error = f"reference: {type(exc).__name__}: {exc}"
                 return []
             if reference.reward < 1.0:
