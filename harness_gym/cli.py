@@ -45,6 +45,7 @@ from harness_gym.bench import (
     resolve_harnesses,
     write_report,
 )
+from harness_gym.bench.report import load_mutation_scores
 from harness_gym.bench.runner import CALIBRATION, BenchAborted
 from harness_gym.design import TRAINING_SET, build_schedule, heldout_set, training_set
 from harness_gym.episode import Episode, run_suite
@@ -55,6 +56,7 @@ from harness_gym.space import HarnessConfig, all_configs, neighbours
 from harness_gym.tasks import load_tasks, validate_suite
 from harness_gym.tasks.audit import audit, load_exploits
 from harness_gym.tasks.generator import generate
+from harness_gym.tasks.mutation import mutation_audit
 from harness_gym.tool_formats import format_names
 from harness_gym.worlds import WorldError, build_world, list_worlds, load_world, remove_world
 
@@ -222,7 +224,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    paths = write_report(load_records(args.results), args.out or Path(args.results).parent)
+    scores = load_mutation_scores(args.mutation_scores) if args.mutation_scores else None
+    paths = write_report(load_records(args.results), args.out or Path(args.results).parent, mutation_scores=scores)
     for kind, path in paths.items():
         print(f"{kind}: {path}")
     return 0
@@ -264,7 +267,8 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
     if args.action == "generate":
         out = args.out or Path("generated-tasks")
         with tqdm(total=args.count, unit="task", desc="generating", file=sys.stderr) as bar:
-            ids = generate(out, args.count, args.seed, progress=lambda n: bar.update(1))
+            checked = {} if args.mutants is None else {"mutants": args.mutants}
+            ids = generate(out, args.count, args.seed, progress=lambda n: bar.update(1), **checked)
         print(f"{len(ids)} verified tasks in {out} (load them with tasks='generated:{out}')")
         if len(ids) < args.count:
             print(f"only {len(ids)} distinct mutations that the hidden tests detect exist in the built-in projects")
@@ -300,8 +304,45 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
     return 1 if suite.errors else 0
 
 
+def _cmd_mutation_audit(args: argparse.Namespace) -> int:
+    """Grade N mutants of every reference solution; exit status 1 when any mutant survives."""
+    tasks = [t for t in load_tasks(args.suite) if t.solution]
+    if not tasks:
+        raise ValueError(f"no task of {args.suite} has a reference solution to mutate")
+    count = None if args.mutants == 0 else args.mutants
+    with tqdm(total=0, unit="mutant", desc="mutation audit", file=sys.stderr) as bar:
+
+        def progress(kind: str, n: int) -> None:
+            if kind == "total":
+                bar.total += n
+                bar.refresh()
+            else:
+                bar.update(n)
+
+        report = mutation_audit(
+            tasks,
+            count,
+            seed=args.seed,
+            workers=args.workers,
+            backend=args.sandbox,
+            results_path=args.results,
+            progress=progress,
+        )
+    print(report.table())
+    if args.json:
+        args.json.write_text(json.dumps(report.to_json(), indent=2), encoding="utf-8")
+        print(f"wrote {args.json}")
+    if args.markdown:
+        args.markdown.write_text(report.markdown(), encoding="utf-8")
+        print(f"wrote {args.markdown}")
+    unknown = [t.task_id for t in report.tasks if t.score is None]
+    return 1 if report.with_survivors() or unknown else 0
+
+
 def _cmd_audit(args: argparse.Namespace) -> int:
     """Run the exploit library against a suite; exit status 1 when any task is exploitable."""
+    if args.mutants is not None:
+        return _cmd_mutation_audit(args)
     tasks = load_tasks(args.suite)
     exploits = load_exploits(args.exploit_file, args.exploits.split(",") if args.exploits else None)
     with tqdm(total=len(tasks) * len(exploits), unit="run", desc="audit", file=sys.stderr) as bar:
@@ -499,6 +540,9 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="write the report of a results file")
     report.add_argument("results", type=Path)
     report.add_argument("--out", type=Path, help="folder for report.md/json and plots (default: beside the results)")
+    report.add_argument(
+        "--mutation-scores", type=Path, help="a `tasks audit --mutants --json` file: Pass@1 on strong-grader tasks too"
+    )
     report.set_defaults(func=_cmd_report)
 
     compare = sub.add_parser("compare", help="paired bootstrap differences between two results files, per class")
@@ -520,12 +564,22 @@ def build_parser() -> argparse.ArgumentParser:
     tasks.add_argument("--configs", default="training,heldout", help="check: harnesses to solve the tasks in")
     tasks.add_argument("--out", type=Path, help="generate: output folder (default generated-tasks)")
     tasks.add_argument("--count", type=int, default=1000, help="generate: how many tasks")
-    tasks.add_argument("--seed", type=int, default=0, help="generate: the seed (same seed, same tasks)")
+    tasks.add_argument(
+        "--seed", type=int, default=0, help="generate, audit --mutants: the seed (same seed, same tasks)"
+    )
     tasks.add_argument("--exploits", help="audit: comma-separated exploit names (default: all)")
     tasks.add_argument("--exploit-file", type=Path, help="audit: an exploit library YAML instead of the built-in one")
-    tasks.add_argument("--workers", type=int, default=2, help="audit: exploits run in parallel")
+    tasks.add_argument("--workers", type=int, default=2, help="audit: exploits (or mutants) run in parallel")
     tasks.add_argument("--json", type=Path, help="audit: also write the results as JSON to this file")
     tasks.add_argument("--sandbox", help="audit: sandbox backend (default: bubblewrap, Docker for image tasks)")
+    tasks.add_argument(
+        "--mutants",
+        type=int,
+        help="audit: grade N mutants of each reference solution instead of exploits (0: all); "
+        "generate: keep only tasks whose tests kill N mutants per buggy function (default 5, 0: no check)",
+    )
+    tasks.add_argument("--results", type=Path, help="audit --mutants: JSON-lines results file; resumes from it")
+    tasks.add_argument("--markdown", type=Path, help="audit --mutants: also write the report as Markdown here")
     tasks.set_defaults(func=_cmd_tasks)
 
     serve = sub.add_parser("serve", help="serve a local model over an OpenAI-compatible API (CPU, for tests and demos)")

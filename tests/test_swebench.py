@@ -6,7 +6,6 @@ import json
 import pytest
 
 from harness_gym import HarnessEnv
-from harness_gym.sandboxes.docker_support import build_local_image
 from harness_gym.tasks import validate_suite
 from harness_gym.tasks.swebench import swebench_image
 
@@ -25,30 +24,6 @@ TEST_PATCH = "\n".join(
         "",
     ]
 )
-
-
-@pytest.fixture(scope="module")
-def swe_image(docker_engine, tmp_path_factory):
-    host, _ = docker_engine
-    repo = tmp_path_factory.mktemp("testbed")
-    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n")
-    (repo / "tests").mkdir()
-    (repo / "tests" / "__init__.py").write_text("")
-    (repo / "tests" / "test_calc.py").write_text(
-        "from calc import add, sub\n\n\ndef test_sub():\n    assert sub(5, 3) == 2\n"
-    )
-    hidden = tmp_path_factory.mktemp("r2e_tests")
-    (hidden / "test_r2e.py").write_text(
-        "import sys\nsys.path.insert(0, '/testbed')\nfrom calc import add, sub\n\n\n"
-        "def test_add():\n    assert add(2, 3) == 5\n\n\ndef test_sub():\n    assert sub(5, 3) == 2\n"
-    )
-    tag = build_local_image(
-        "sweb.eval.x86_64.demo_1776_calc-1:latest",
-        docker_host=host,
-        extra_folders={"/testbed": repo, "/r2e_tests": hidden},
-        python_packages=["pytest", "_pytest", "py", "pluggy", "iniconfig", "packaging", "pygments"],
-    )
-    return host, tag
 
 
 @pytest.fixture

@@ -13,6 +13,10 @@ Three kinds of dataset:
 - **harness** (HarnessAdapt-RL): every task under one harness (a preset, a spec file);
 - **grid** (evaluation): every task under every harness of a list.
 
+With ``min_mutation_score``, tasks whose grader is weaker (``harness-gym tasks audit --mutants``)
+are dropped or down-weighted (``weak_task_weight``): a grader that accepts wrong solutions is a
+reward the policy learns to collect.
+
 Rows are written in schedule order; OpenRLHF shuffles its prompt dataloader, so training keeps the
 order only with the Ray worker hook :func:`trainers.ordering.keep_prompt_order` (the launcher sets it).
 """
@@ -22,8 +26,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import random
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +57,43 @@ def _task_ids(suite: str, limit: int | None) -> list[str]:
     return ids[:limit] if limit else ids
 
 
+def grader_weights(
+    suite: str, min_score: float, weak_weight: float = 0.0, scores_path: str | Path | None = None
+) -> dict[str, float]:
+    """Task id -> sampling weight by grader strength: 1 for a task whose mutation score (from a
+    ``harness-gym tasks audit --mutants --json`` file, else the task's ``mutation_score`` metadata,
+    which the generator records) is at least ``min_score``; ``weak_weight`` (0: dropped) for the
+    rest, a task with no known score included: its grader's strength is not established, and a
+    weak grader pays a policy for wrong solutions."""
+    if not 0.0 <= weak_weight <= 1.0:
+        raise ValueError(f"weak_task_weight must be in [0, 1], not {weak_weight}")
+    audited: dict[str, Any] = {}
+    if scores_path is not None:
+        try:
+            audited = json.loads(Path(scores_path).read_text(encoding="utf-8"))["per_task"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ValueError(
+                f"mutation_scores {scores_path}: not a `tasks audit --mutants --json` file ({exc})"
+            ) from exc
+    weights = {}
+    for task in load_tasks(suite):
+        score = (audited.get(task.id) or {}).get("score", task.metadata.get("mutation_score"))
+        weights[task.id] = 1.0 if isinstance(score, (int, float)) and score >= min_score else weak_weight
+    return weights
+
+
+def _weighted(ids: Sequence[str], weights: Mapping[str, float] | None, seed: int, round_: int) -> list[str]:
+    """The tasks of one epoch (or repeat): a task of weight w in (0, 1) takes part in about a w share
+    of them (seeded per task and round), weight 0 never."""
+    if weights is None:
+        return list(ids)
+    return [
+        t
+        for t in ids
+        if (w := weights.get(t, 1.0)) >= 1.0 or (w > 0 and random.Random(f"{seed}:{round_}:{t}").random() < w)
+    ]
+
+
 def schedule_rows(
     suite: str,
     *,
@@ -63,14 +105,19 @@ def schedule_rows(
     epochs: int = 1,
     max_steps: int | None = None,
     task_limit: int | None = None,
+    weights: Mapping[str, float] | None = None,
 ) -> list[dict[str, str]]:
     """Rows in training order. Each epoch shuffles the tasks and redraws the assignment (seed + epoch);
-    steps are numbered across epochs and the schedule stops after ``max_steps`` steps."""
+    steps are numbered across epochs and the schedule stops after ``max_steps`` steps. ``weights``:
+    see :func:`grader_weights`."""
     configs = training_set(training, seed)
-    ids = _task_ids(suite, task_limit)
+    all_ids = _task_ids(suite, task_limit)
     rows: list[dict[str, str]] = []
     step_offset = 0
     for epoch in range(epochs):
+        ids = _weighted(all_ids, weights, seed, epoch)
+        if not ids:
+            continue
         order = list(np.random.default_rng(seed + epoch).permutation(len(ids)))
         tasks = [ids[i] for i in order]
         schedule = build_schedule(tasks, tasks_per_step, configs=configs, k=k, assignment=assignment, seed=seed + epoch)
@@ -88,26 +135,38 @@ def schedule_rows(
 
 
 def harness_rows(
-    suite: str, harness: str, *, repeats: int = 1, seed: int = 0, task_limit: int | None = None
+    suite: str,
+    harness: str,
+    *,
+    repeats: int = 1,
+    seed: int = 0,
+    task_limit: int | None = None,
+    weights: Mapping[str, float] | None = None,
 ) -> list[dict[str, str]]:
     """Every task under one harness (HarnessAdapt-RL trains on the currently selected harness)."""
     resolve_harness(harness)  # fail now on an unknown harness, not on a GPU node later
     rows = []
+    ids = _task_ids(suite, task_limit)
     for repeat in range(repeats):
-        for task_id in _task_ids(suite, task_limit):
+        for task_id in _weighted(ids, weights, seed, repeat):
             rows.append(row(RolloutRequest(suite, task_id, harness, seed=_seed(seed, repeat, task_id, 0))))
     return rows
 
 
 def grid_rows(
-    suite: str, harnesses: Sequence[str], *, seed: int = 0, task_limit: int | None = None
+    suite: str,
+    harnesses: Sequence[str],
+    *,
+    seed: int = 0,
+    task_limit: int | None = None,
+    weights: Mapping[str, float] | None = None,
 ) -> list[dict[str, str]]:
     """Every task under every harness: an evaluation set. ``harnesses`` takes what ``harness-gym
     bench --harnesses`` takes (``heldout``, ``training``, ``presets``, ``out-of-space``, ids, files)."""
     refs = [c.config or c.spec_path or c.env_id for c in resolve_harnesses(list(harnesses))]
     for harness in refs:
         resolve_harness(harness)
-    ids = _task_ids(suite, task_limit)
+    ids = _weighted(_task_ids(suite, task_limit), weights, seed, 0)
     return [row(RolloutRequest(suite, t, h, seed=_seed(seed, 0, t, 0))) for h in refs for t in ids]
 
 
@@ -142,7 +201,14 @@ def write_dataset(rows: Iterable[dict[str, str]], path: str | Path, settings: di
 def build(settings: dict[str, Any]) -> list[dict[str, str]]:
     """Rows from a dataset section of a recipe (or the CLI's arguments)."""
     kind = settings.get("kind", "schedule")
-    common = {"seed": settings.get("seed", 0), "task_limit": settings.get("task_limit")}
+    common: dict[str, Any] = {"seed": settings.get("seed", 0), "task_limit": settings.get("task_limit")}
+    if settings.get("min_mutation_score") is not None:
+        common["weights"] = grader_weights(
+            settings["suite"],
+            settings["min_mutation_score"],
+            settings.get("weak_task_weight", 0.0),
+            settings.get("mutation_scores"),
+        )
     if kind == "schedule":
         return schedule_rows(
             settings["suite"], tasks_per_step=settings["tasks_per_step"], training=settings.get("training_set", "oa18"),
@@ -172,9 +238,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--task-limit", type=int)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--min-mutation-score", type=float, help="down-weight tasks whose grader scores below this")
+    parser.add_argument("--weak-task-weight", type=float, help="their weight in [0, 1] (default 0: dropped)")
+    parser.add_argument("--mutation-scores", help="a `harness-gym tasks audit --mutants --json` file")
     args = parser.parse_args(argv)
     settings: dict[str, Any] = {
         "kind": args.kind, "suite": args.suite, "seed": args.seed, "task_limit": args.task_limit,
+        "min_mutation_score": args.min_mutation_score, "weak_task_weight": args.weak_task_weight,
+        "mutation_scores": args.mutation_scores,
     }  # fmt: skip
     if args.kind == "schedule":
         settings.update(tasks_per_step=args.tasks_per_step, training_set=args.training_set, k=args.k,

@@ -108,10 +108,52 @@ def _rates(group: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def summarize(records: Sequence[Mapping[str, Any]], *, resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
+STRONG_GRADER = 1.0  # the mutation score of a task whose hidden tests killed every mutant
+
+
+def load_mutation_scores(path: str | Path) -> dict[str, float | None]:
+    """Task id -> mutation score, from a ``harness-gym tasks audit --mutants --json`` file."""
+    try:
+        per_task = json.loads(Path(path).read_text(encoding="utf-8"))["per_task"]
+        return {str(task): entry.get("score") for task, entry in per_task.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{path}: not a `harness-gym tasks audit --mutants --json` file ({exc})") from exc
+
+
+def _strong_grader(
+    model: Sequence[Mapping[str, Any]], scores: Mapping[str, float | None], resamples: int, seed: int
+) -> dict[str, Any] | None:
+    """Pass@1 on the tasks whose grader killed every mutant (None when no task's score is known):
+    beside the overall figure, it shows how much of it weak graders may have paid for."""
+    known = {r["task_id"]: scores.get(r["task_id"], r.get("mutation_score")) for r in model}
+    if not any(isinstance(v, (int, float)) for v in known.values()):
+        return None
+    strong = {t for t, v in known.items() if isinstance(v, (int, float)) and v >= STRONG_GRADER}
+    group = [r for r in model if r["task_id"] in strong]
+    estimate, low, high = cluster_bootstrap(group, resamples=resamples, seed=seed) if group else (None, None, None)
+    return {
+        "min_score": STRONG_GRADER,
+        "tasks": len(strong),
+        "weak_tasks": sum(isinstance(v, (int, float)) and v < STRONG_GRADER for v in known.values()),
+        "unknown_tasks": sum(not isinstance(v, (int, float)) for v in known.values()),
+        "episodes": len(group),
+        "pass_at_1": estimate,
+        "ci95": [low, high],
+    }
+
+
+def summarize(
+    records: Sequence[Mapping[str, Any]],
+    *,
+    resamples: int = 2000,
+    seed: int = 0,
+    mutation_scores: Mapping[str, float | None] | None = None,
+) -> dict[str, Any]:
     """Everything the report shows, as plain data. Pass@1 counts every episode, an errored one
     as a failure, with the error rate beside it; steps, calls and tokens count the episodes that
-    ran. Calibration agents' episodes (``role`` reference / null) are reported apart."""
+    ran. Calibration agents' episodes (``role`` reference / null) are reported apart. With task
+    mutation scores (``mutation_scores``, or a record's ``mutation_score``), Pass@1 on the
+    strong-grader tasks too."""
     everything = latest(records)
     model = [r for r in everything if role(r) == "model"]
     scored = _scored(model)
@@ -190,6 +232,7 @@ def summarize(records: Sequence[Mapping[str, Any]], *, resamples: int = 2000, se
             "completion_tokens_per_s": completion / agent_s if agent_s > 0 and completion else None,
         },
     }
+    summary["strong_grader"] = _strong_grader(model, mutation_scores or {}, resamples, seed)
     summary["warnings"] = _warnings(summary, scored)
     base = harnesses.get(BASE_CONFIG.env_id)
     if base is not None and "heldout" in classes:
@@ -328,6 +371,19 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
         f"tokens {overall['prompt_tokens']} prompt / {overall['completion_tokens']} completion{speed}.",
         "",
     ]
+    strong = summary.get("strong_grader")
+    if strong:
+        lines += [
+            f"Pass@1 on strong-grader tasks (mutation score {strong['min_score']:g}; {strong['tasks']} tasks, "
+            f"{strong['weak_tasks']} weaker, {strong['unknown_tasks']} not audited): "
+            + (
+                f"{_pct(strong['pass_at_1'])}% (95% CI {_pct(strong['ci95'][0])}–{_pct(strong['ci95'][1])}) "
+                if strong["pass_at_1"] is not None
+                else "no episode "
+            )
+            + f"beside {_pct(overall['pass_at_1'])}% overall.",
+            "",
+        ]
     if summary.get("warnings"):
         lines += ["## Warnings", ""] + [f"- {w}" for w in summary["warnings"]] + [""]
     calibration = summary.get("calibration") or {}

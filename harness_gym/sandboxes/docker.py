@@ -53,13 +53,15 @@ def remove_orphaned_containers(client: Any) -> int:
     """Remove harness-gym containers of dead owner processes on this host. Returns how many."""
     host = socket.gethostname()
     removed = 0
-    for container in client.containers.list(all=True, filters={"label": LABEL}):
-        owner = container.labels.get(OWNER_LABEL, "")
+    # the low-level list carries the labels: no inspection per container, which fails with NotFound
+    # when another sandbox removes its container meanwhile (parallel audits, vector envs)
+    for container in client.api.containers(all=True, filters={"label": LABEL}):
+        owner = (container.get("Labels") or {}).get(OWNER_LABEL, "")
         owner_host, _, pid = owner.rpartition(":")
         if owner_host != host or not pid.isdigit() or _alive(int(pid)):
             continue
         with contextlib.suppress(Exception):
-            container.remove(force=True)
+            client.api.remove_container(container["Id"], force=True)
             removed += 1
     return removed
 

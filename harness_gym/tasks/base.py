@@ -166,6 +166,25 @@ def _pristine(folder: Path, original: Path, paths: Sequence[str], runner_config:
     return root
 
 
+def reference_output_solution(folder: Path | None, mount_path: str) -> tuple[dict[str, Any], ...]:
+    """A reference solution that leaves the files of ``folder`` (what a correct run leaves in the
+    workspace, by relative path) in the workspace: one shell call per file. For suites that ship a
+    reference output but no solution (``tasks check`` replays it; ``tasks audit --mutants`` perturbs it)."""
+    if folder is None or not folder.is_dir():
+        return ()
+    import base64
+    import shlex
+
+    steps = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()):
+        relative = path.relative_to(folder).as_posix()
+        target = shlex.quote(f"{mount_path.rstrip('/')}/{relative}")
+        encoded = base64.b64encode(path.read_bytes()).decode()
+        command = f'mkdir -p "$(dirname {target})" && echo {encoded} | base64 -d > {target}'
+        steps.append({"tool": "execute_bash", "arguments": {"command": command}})
+    return tuple(steps)
+
+
 def image_folder(image: str, path: str) -> Path:
     """A folder of a container image, extracted once into the cache and reused."""
     root = cache_dir() / "images"

@@ -2,7 +2,8 @@
 
 A folder ``task_0000/`` holds ``data_entry.json`` (``task_id``, ``user_query``,
 ``input_mount_dir``, ``metadata``), ``input_files/`` (copied verbatim into the workspace, mounted
-at ``input_mount_dir`` so the graders' absolute paths work) and ``reward/reward.sh`` (run after the
+at ``input_mount_dir`` so the graders' absolute paths work), optionally ``reference_output/`` (the
+files a correct run leaves in the workspace: the task's reference solution) and ``reward/reward.sh`` (run after the
 agent stops, from the workspace; its last output line is the reward). ``reward/`` appears in the
 workspace as ``<workspace>/reward/`` only for grading, and ``OPENCLAW_REWARD_PAYLOAD`` names a JSON
 file with the task, the final message and the transcript for chat-style grading.
@@ -26,7 +27,7 @@ from typing import Any
 
 from harness_gym.paths import cache_dir
 from harness_gym.sandboxes.base import SandboxError, check_mount_path
-from harness_gym.tasks.base import Suite, Task, TaskError, register_loader
+from harness_gym.tasks.base import Suite, Task, TaskError, reference_output_solution, register_loader
 
 DEFAULT_MOUNT = "/root/.openclaw/workspace"
 # ClawGym graders call `python` and `python -m pytest`, and prompts ask for jq, git, sqlite3...:
@@ -76,6 +77,7 @@ def load_task_folder(folder: Path, split: str = "train") -> Task:
         split=split,
         metadata=metadata,
         world=WORLD,
+        solution=reference_output_solution(folder / "reference_output", mount),
     )
 
 

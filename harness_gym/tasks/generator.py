@@ -53,6 +53,10 @@ COMPARISONS: dict[type, type] = {
 }
 
 
+# (grader digest, file, digest of the mutated file) -> whether the hidden tests failed on it: the
+# outcome depends on nothing else, so later generate() calls in this process reuse it
+_KILLED: dict[tuple[str, str, str], bool] = {}
+
 CALL_SWAPS = {"min": "max", "max": "min", "any": "all", "all": "any", "sorted": "reversed", "round": "int"}
 
 
@@ -122,11 +126,17 @@ def _mutants(node: ast.AST) -> Iterator[tuple[str, ast.AST]]:
             yield "dropped branch", dropped
 
 
-def mutations(source: str, file: str) -> list[tuple[Mutation, str]]:
-    """Every single-site mutation of a source file, as (mutation, mutated source)."""
+NodeOperators = Callable[[ast.AST], Iterator[tuple[str, ast.AST]]]
+
+
+def candidate_mutations(
+    source: str, file: str, operators: NodeOperators | None = None
+) -> Iterator[tuple[Mutation, str]]:
+    """Every single-site mutation ``operators`` (default: the generator's own) propose for a source
+    file, as (mutation, mutated source), unchecked: the result may not parse or may equal ``source``."""
+    propose = operators or _mutants
     tree = ast.parse(source)
     lines = source.splitlines(keepends=True)
-    out = []
     node: Any  # a statement or expression: the checks below make sure it has a position
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Module)) or not hasattr(node, "lineno"):
@@ -134,9 +144,9 @@ def mutations(source: str, file: str) -> list[tuple[Mutation, str]]:
         segment = ast.get_source_segment(source, node)
         if segment is None:
             continue
-        for operator, mutant in _mutants(node):
-            if node.lineno == node.end_lineno:
-                replacement = ast.unparse(mutant)
+        for operator, mutant in propose(node):
+            replacement = ast.unparse(mutant)
+            if node.lineno == node.end_lineno and "\n" not in replacement:
                 line = lines[node.lineno - 1]
                 start, end = node.col_offset, node.end_col_offset
                 new_line = line[:start] + replacement + line[end:]
@@ -148,12 +158,19 @@ def mutations(source: str, file: str) -> list[tuple[Mutation, str]]:
                 original = "".join(lines[node.lineno - 1 : node.end_lineno])
                 new_source = "".join(lines[: node.lineno - 1]) + body + "".join(lines[node.end_lineno :])
                 mutation = Mutation(operator, file, node.lineno, original, body)
-            try:
-                ast.parse(new_source)
-            except SyntaxError:
-                continue
-            if new_source != source:
-                out.append((mutation, new_source))
+            yield mutation, new_source
+
+
+def mutations(source: str, file: str) -> list[tuple[Mutation, str]]:
+    """Every single-site mutation of a source file that parses and changes it, as (mutation, mutated source)."""
+    out = []
+    for mutation, new_source in candidate_mutations(source, file):
+        try:
+            ast.parse(new_source)
+        except SyntaxError:
+            continue
+        if new_source != source:
+            out.append((mutation, new_source))
     return out
 
 
@@ -206,13 +223,18 @@ def generate(
     eval_share: float = 0.1,
     progress: Callable[[int], None] | None = None,
     max_bugs: int = 3,
+    mutants: int = 5,
 ) -> list[str]:
     """Write up to ``count`` verified, deduplicated tasks to ``out``; returns their ids.
 
     First-order tasks (one bug) come first, in seeded random order; when they run out, tasks with
     two, then three bugs in different places of one project (higher-order mutants) follow, up to
-    ``max_bugs``.
+    ``max_bugs``. A task is kept only when its hidden tests also kill every one of ``mutants``
+    sampled mutants (tasks/mutation.py) of each function its bugs are in: a grader that accepts a
+    wrong fix there would pay for it (0: no such check). The score is in the task's metadata.
     """
+    if mutants < 0:
+        raise ValueError(f"mutants must be 0 (no check) or more, not {mutants}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     projects = [
@@ -243,6 +265,47 @@ def generate(
         detected: list[tuple[Task, Mutation]] = []
         seen: set[str] = set()
 
+        from harness_gym.tasks.mutation import (
+            MutantPool,
+            changed_function_ranges,
+            code_mutants,
+            grader_digest,
+            load_operators,
+            sample,
+        )
+
+        table = load_operators()["code"]
+        strength: dict[tuple[str, str, int, int], tuple[int, int]] = {}
+
+        def grader_strength(project: Task, files: dict[str, str]) -> tuple[int, int]:
+            """(killed, valid) over a sample of mutants of the correct code of each function the
+            bugs are in; per function once (its mutants are the same whichever bug is in it)."""
+            killed = valid = 0
+            equivalent = dict(project.metadata.get("equivalent_mutants") or {})
+            for relative, text in files.items():
+                correct = sources[(project.id, relative)]
+                for span in changed_function_ranges(text, correct):
+                    key = (project.id, relative, *span)
+                    if key not in strength:
+                        pool = MutantPool()
+                        code_mutants(relative, text, correct, table, pool, [span])
+                        candidates = [m for m in pool.mutants if m.digest not in equivalent]
+                        chosen = sample(candidates, mutants, seed, f"{project.id}:{relative}:{span[0]}")
+                        outcomes = [kills(project, relative, m.files[relative]) for m in chosen]
+                        strength[key] = (sum(outcomes), len(outcomes))
+                    killed, valid = killed + strength[key][0], valid + strength[key][1]
+            return killed, valid
+
+        def kills(project: Task, relative: str, mutated: str) -> bool:
+            key = (grader_digest(project), relative, hashlib.sha256(mutated.encode()).hexdigest())
+            if key not in _KILLED:
+                folder = Path(scratch) / "mutant"
+                shutil.rmtree(folder, ignore_errors=True)
+                shutil.copytree(fixed[project.id], folder)
+                (folder / relative).write_text(mutated)
+                _KILLED[key] = run_hidden_tests(project, folder) != 1.0  # failed, or hung
+            return _KILLED[key]
+
         def attempt(project: Task, chosen: list[Mutation]) -> bool:
             files = {
                 m.file: apply_mutations(sources[(project.id, m.file)], [c for c in chosen if c.file == m.file])
@@ -253,6 +316,9 @@ def generate(
             if digest in seen:
                 return False
             seen.add(digest)
+            killed, valid = grader_strength(project, files) if mutants else (0, 0)
+            if mutants and (valid == 0 or killed < valid):
+                return False  # some wrong fix of these functions would pass the hidden tests
             trial = Path(scratch) / "trial"
             shutil.rmtree(trial, ignore_errors=True)
             shutil.copytree(fixed[project.id], trial)
@@ -261,7 +327,8 @@ def generate(
             if run_hidden_tests(project, trial) != 0.0:
                 return False  # the hidden tests do not notice it (or the code hangs)
             task_id = f"gen-{project.id}-{digest}"
-            _write_task(out / task_id, task_id, project, trial, chosen, files, rng.random() < eval_share)
+            score = {"mutation_score": killed / valid, "mutants_checked": valid} if mutants else {}
+            _write_task(out / task_id, task_id, project, trial, chosen, files, rng.random() < eval_share, score)
             written.append(task_id)
             if progress:
                 progress(len(written))
@@ -310,6 +377,7 @@ def _write_task(
     chosen: list[Mutation],
     files: dict[str, str],
     is_eval: bool,
+    grader_strength: dict[str, Any] | None = None,
 ) -> None:
     shutil.rmtree(folder, ignore_errors=True)
     shutil.copytree(workspace, folder / "workspace")
@@ -357,6 +425,7 @@ def _write_task(
             "source_task": project.id,
             "bugs": len(chosen),
             "mutations": [{"operator": m.operator, "file": m.file, "line": m.line} for m in chosen],
+            **(grader_strength or {}),
         },
         "solution": solution,
     }

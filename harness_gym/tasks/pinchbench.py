@@ -3,6 +3,9 @@ grading_type, timeout_seconds, workspace_files``) and the sections ``## Prompt``
 Behavior``, ``## Grading Criteria`` and ``## Automated Checks`` (a python block defining
 ``grade(transcript, workspace_path) -> dict``).
 
+A task may ship a reference output, ``reference/<id>/`` beside ``tasks/`` (the files a correct run
+leaves in the workspace): it becomes the task's reference solution.
+
 The automated checks run in the grading sandbox on the transcript in OpenClaw's event shape; the
 rubric part (``llm_judge`` / ``hybrid``) goes to the optional LLM judge (:mod:`.judge`).
 
@@ -21,7 +24,7 @@ from typing import Any
 import yaml
 
 from harness_gym.paths import build_once, cache_dir
-from harness_gym.tasks.base import Suite, Task, TaskError, register_loader
+from harness_gym.tasks.base import Suite, Task, TaskError, reference_output_solution, register_loader
 from harness_gym.tasks.clawgym import DEFAULT_MOUNT, WORLD
 
 RUNNER = Path(__file__).resolve().parent / "graders" / "pinchbench_runner.py"
@@ -91,6 +94,9 @@ def load_task_file(path: Path, root: Path) -> Task:
         world=WORLD,  # PinchBench tasks are OpenClaw tasks too: the same machine
         judge=None if grading == "automated" else {"type": grading, "rubric": rubric, "weights": weights},
         time_limit_s=float(front["timeout_seconds"]) if front.get("timeout_seconds") else None,
+        solution=reference_output_solution(
+            root / "reference" / task_id if re.fullmatch(r"[\w.-]+", task_id) else None, DEFAULT_MOUNT
+        ),
     )
 
 

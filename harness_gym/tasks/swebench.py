@@ -19,6 +19,7 @@ The agent sees the problem statement only: never the gold patch, the test patch,
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import shutil
@@ -74,6 +75,22 @@ def _grader_folder(kind: str, task_id: str, spec: dict[str, Any], test_patch: st
     return folder
 
 
+GOLD_PATCH_FILE = "/tmp/.harness-gym-gold.patch"
+
+
+def gold_patch_solution(patch: str, root: str = "/testbed") -> tuple[dict[str, Any], ...]:
+    """The gold patch as a reference solution (one shell call: ``git apply``, else ``patch -p1``),
+    what ``tasks check`` replays and ``tasks audit --mutants`` mutates. Never shown to the agent."""
+    if not patch.strip():
+        return ()
+    encoded = base64.b64encode((patch if patch.endswith("\n") else patch + "\n").encode()).decode()
+    command = (
+        f"cd {root} && echo {encoded} | base64 -d > {GOLD_PATCH_FILE} && "
+        f"(git apply {GOLD_PATCH_FILE} 2>/dev/null || patch -p1 < {GOLD_PATCH_FILE}) && rm -f {GOLD_PATCH_FILE}"
+    )  # no `exit`: the agent's shell is persistent
+    return ({"tool": "execute_bash", "arguments": {"command": command}},)
+
+
 def swebench_task(row: dict[str, Any], options: dict[str, str]) -> Task:
     task_id = str(row.get("instance_id") or "?")
     missing = [f for f in SWEBENCH_FIELDS if f not in row]
@@ -99,6 +116,7 @@ def swebench_task(row: dict[str, Any], options: dict[str, str]) -> Task:
         grade_command=GRADE_COMMAND,
         grader_env=RUNNER_ENV,
         grader_timeout_s=1800,
+        solution=gold_patch_solution(str(row.get("patch") or "")),
         metadata={
             "family": "swe-bench",
             "repo": row.get("repo"),
