@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -30,8 +29,8 @@ from harness_gym.bench.runner import HarnessChoice, classify_config
 from harness_gym.design import TRAINING_SET, heldout_set
 from harness_gym.replication.data import ARMS, build_arm_pools, easy_suite, equalise, evaluation_tasks
 from harness_gym.replication.evaluate import model_summary, run_bench
-from harness_gym.replication.report import model_entry, write_outputs
-from harness_gym.replication.sft import TrainConfig, tokenize_row, train
+from harness_gym.replication.report import model_entry, pct, write_outputs
+from harness_gym.replication.sft import TrainConfig, default_threads, tokenize_row, train
 from harness_gym.space import BASE_CONFIG, HarnessConfig
 from harness_gym.tasks import load_tasks
 
@@ -51,6 +50,7 @@ class Profile:
     training_configs: int = 17  # of the 17 training configurations besides the base one
     heldout_configs: int = 18
     max_steps: int = 3
+    untrained_everywhere: bool = True  # False: the untrained model only in the base harness (it makes no calls)
     max_new_tokens: int = 96
     train: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=1, learning_rate=1e-4, trainable_layers=10))
 
@@ -63,8 +63,10 @@ PROFILES = {
         tasks_per_arm=8,
         eval_tasks=2,
         eval_tasks_base=4,
-        training_configs=2,
+        training_configs=1,
         heldout_configs=2,
+        max_steps=2,
+        untrained_everywhere=False,
         train=TrainConfig(epochs=1, learning_rate=1e-4, trainable_layers=8),
     ),
 }
@@ -108,7 +110,7 @@ def run(profile: Profile, out: Path, work: Path, progress: bool = True) -> dict[
 
     from harness_gym.model_export import export_model
 
-    threads = profile.train.threads or os.cpu_count() or 1
+    threads = profile.train.threads or default_threads()
     torch.set_num_threads(threads)
     work.mkdir(parents=True, exist_ok=True)
     (work / ".gitignore").write_text("# replication work files (checkpoints, bench records): not for git\n*\n")
@@ -148,15 +150,18 @@ def run(profile: Profile, out: Path, work: Path, progress: bool = True) -> dict[
     eval_tasks = eval_all[: profile.eval_tasks]
     models: dict[str, Any] = {}
     for label, folder in checkpoints.items():
+        configs = others if label != "untrained" or profile.untrained_everywhere else []
         stages.start(
-            f"bench {label}: base x {len(eval_all)} tasks, {len(others)} configurations x {len(eval_tasks)} tasks"
+            f"bench {label}: base x {len(eval_all)} tasks, {len(configs)} configurations x {len(eval_tasks)} tasks"
         )
         common = {"seed": profile.eval_seed, "max_steps": profile.max_steps, "max_new_tokens": profile.max_new_tokens, "label": label, "progress": progress}  # fmt: skip
         records = run_bench(folder, [base_choice], eval_all, work / "bench" / label / "base", **common)
-        records += run_bench(folder, others, eval_tasks, work / "bench" / label / "configs", **common)
+        if configs:
+            records += run_bench(folder, configs, eval_tasks, work / "bench" / label / "configs", **common)
         models[label] = model_entry(model_summary(records))
-        print(f"      {label}: base {models[label]['classes']['base']['pass_at_1']:.2f}, "
-              f"held-out {models[label]['classes']['heldout']['pass_at_1']:.2f}, gap {models[label]['gap']['gap']:+.2f}")  # fmt: skip
+        figures = models[label]
+        print(f"      {label}: Pass@1 base {pct(figures['classes']['base']['pass_at_1'])}%, held-out "
+              f"{pct(figures['classes']['heldout']['pass_at_1'])}%, gap {pct(figures['gap']['gap'])} points")  # fmt: skip
     stages.finish()
     results = {
         "profile": {**asdict(profile), "threads": threads},
@@ -188,7 +193,9 @@ def _train_or_reuse(
     log_path = folder / "train_log.json"
     if log_path.exists():
         log = json.loads(log_path.read_text(encoding="utf-8"))
-        if log.get("config") == asdict(config) and log.get("trained_tokens") == sum(e.trained_tokens for e in examples):
+        settings = {k: v for k, v in asdict(config).items() if k != "threads"}  # threads change no result
+        recorded = {k: v for k, v in log.get("config", {}).items() if k != "threads"}
+        if recorded == settings and log.get("trained_tokens") == sum(e.trained_tokens for e in examples):
             print("      reusing the checkpoint of a previous run with the same settings")
             return log
     with tqdm(total=config.epochs * len(examples), desc="sft", unit="step", disable=not progress) as bar:
@@ -205,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small", action="store_true", help="the ~10-minute profile")
     parser.add_argument("--out", type=Path, help="where results.json, report.md and the plots go")
     parser.add_argument("--work", type=Path, default=Path("replication-work"), help="checkpoints and bench records")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (default: every core)")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (default: the cores idle at the start)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     profile = PROFILES["small" if args.small else "full"]

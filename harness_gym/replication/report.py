@@ -41,13 +41,13 @@ def model_entry(summary: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _pct(value: Any) -> str:
+def pct(value: Any) -> str:
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{100 * value:.1f}"
 
 
 def _cell(figures: Mapping[str, Any]) -> str:
     ci = figures.get("ci95") or [None, None]
-    return f"{_pct(figures.get('pass_at_1'))} [{_pct(ci[0])}, {_pct(ci[1])}] (n={figures.get('episodes') or 0})"
+    return f"{pct(figures.get('pass_at_1'))} [{pct(ci[0])}, {pct(ci[1])}] (n={figures.get('episodes') or 0})"
 
 
 def render_markdown(results: Mapping[str, Any]) -> str:
@@ -87,8 +87,8 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         gap = entry["gap"]
         lines.append(
             f"| {MODEL_NAMES[name]} | {_cell(entry['classes']['base'])} | {_cell(entry['classes']['training'])} | "
-            f"{_cell(entry['classes']['heldout'])} | {_pct(gap['gap'])} [{_pct(gap['ci95'][0])}, {_pct(gap['ci95'][1])}] | "
-            f"{_pct(entry['tool_call_rate'])} | {_pct(entry['tool_call_validity'])} |"
+            f"{_cell(entry['classes']['heldout'])} | {pct(gap['gap'])} [{pct(gap['ci95'][0])}, {pct(gap['ci95'][1])}] | "
+            f"{pct(entry['tool_call_rate'])} | {pct(entry['tool_call_validity'])} |"
         )
     lines += ["", "## Per-factor effects (points of Pass@1 vs the in-space mean; levels 0/1/2)", ""]
     lines += ["| model | " + " | ".join("STOCW") + " |", "|---|" + "---|" * 5]
@@ -112,7 +112,7 @@ def verdict(results: Mapping[str, Any]) -> str:
         if arm in models:
             gap = models[arm]["gap"]
             parts.append(
-                f"{MODEL_NAMES[arm]}: gap {_pct(gap['gap'])} points [{_pct(gap['ci95'][0])}, {_pct(gap['ci95'][1])}]"
+                f"{MODEL_NAMES[arm]}: gap {pct(gap['gap'])} points [{pct(gap['ci95'][0])}, {pct(gap['ci95'][1])}]"
             )
     text = "; ".join(parts) + "."
     if "base" in models and "oa18" in models:
@@ -122,7 +122,7 @@ def verdict(results: Mapping[str, Any]) -> str:
         direction = "smaller" if b["gap"] < a["gap"] else "not smaller"
         text += (
             f" Arm B's gap is {direction} than arm A's; on the held-out configurations arm B scores "
-            f"{_pct(held_b['pass_at_1'])} vs {_pct(held_a['pass_at_1'])} for arm A, and the two intervals "
+            f"{pct(held_b['pass_at_1'])} vs {pct(held_a['pass_at_1'])} for arm A, and the two intervals "
             + ("overlap, so this run does not separate the arms." if overlap else "do not overlap.")
         )
     return text
