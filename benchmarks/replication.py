@@ -49,7 +49,7 @@ class Profile:
     eval_tasks_base: int = 16  # on the base harness (the gap's first term)
     training_configs: int = 17  # of the 17 training configurations besides the base one
     heldout_configs: int = 18
-    max_steps: int = 3
+    max_steps: int = 2  # a call and a finish; a truncated episode is graded as it stands
     untrained_everywhere: bool = True  # False: the untrained model only in the base harness (it makes no calls)
     max_new_tokens: int = 96
     train: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=1, learning_rate=1e-4, trainable_layers=10))
@@ -65,7 +65,6 @@ PROFILES = {
         eval_tasks_base=4,
         training_configs=1,
         heldout_configs=2,
-        max_steps=2,
         untrained_everywhere=False,
         train=TrainConfig(epochs=1, learning_rate=1e-4, trainable_layers=8),
     ),

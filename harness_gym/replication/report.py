@@ -77,7 +77,7 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         "",
         "## Pass@1 (%) with 95% bootstrap intervals (tasks resampled)",
         "",
-        "| model | base harness | 18 training | 18 held-out | gap (base − held-out) | tool-call rate | call validity |",
+        "| model | base harness | training configs | held-out configs | gap (base − held-out) | tool-call rate | call validity |",
         "|---|---|---|---|---|---|---|",
     ]
     for name in MODEL_ORDER:
@@ -153,7 +153,9 @@ def write_plots(results: Mapping[str, Any], out: Path) -> list[Path]:
             capsize=3,
             label=MODEL_NAMES[name],
         )
-    ax.set_xticks(np.arange(3) + width * (len(models) - 1) / 2, ["base harness", "18 training", "18 held-out"])
+    ax.set_xticks(
+        np.arange(3) + width * (len(models) - 1) / 2, ["base harness", "training configs", "held-out configs"]
+    )
     ax.set_ylabel("Pass@1 (%)")
     ax.set_ylim(0, 100)
     ax.legend(fontsize=8)
