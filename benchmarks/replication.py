@@ -153,7 +153,7 @@ def run(profile: Profile, out: Path, work: Path, progress: bool = True) -> dict[
         stages.start(
             f"bench {label}: base x {len(eval_all)} tasks, {len(configs)} configurations x {len(eval_tasks)} tasks"
         )
-        common = {"seed": profile.eval_seed, "max_steps": profile.max_steps, "max_new_tokens": profile.max_new_tokens, "label": label, "progress": progress}  # fmt: skip
+        common: dict[str, Any] = {"seed": profile.eval_seed, "max_steps": profile.max_steps, "max_new_tokens": profile.max_new_tokens, "label": label, "progress": progress}  # fmt: skip
         records = run_bench(folder, [base_choice], eval_all, work / "bench" / label / "base", **common)
         if configs:
             records += run_bench(folder, configs, eval_tasks, work / "bench" / label / "configs", **common)

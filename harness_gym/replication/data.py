@@ -165,11 +165,11 @@ def evaluation_tasks(suite: str, training: Sequence[Task]) -> tuple[list[Task], 
 
 def check_held_out(training: Sequence[Task], evaluation: Sequence[Task]) -> None:
     """Raise when evaluation seeds overlap training seeds or training holds a held-out template."""
-    train_seeds = {t.metadata.get("seed") for t in training}
-    overlap = train_seeds & {t.metadata.get("seed") for t in evaluation}
+    train_seeds = {str(t.metadata.get("seed")) for t in training}
+    overlap = train_seeds & {str(t.metadata.get("seed")) for t in evaluation}
     if overlap:
         raise ValueError(f"evaluation tasks reuse the training seeds {sorted(overlap)}")
-    leaked = sorted({t.metadata.get("template") for t in training} & set(HELDOUT_TEMPLATES))
+    leaked = sorted({str(t.metadata.get("template")) for t in training} & set(HELDOUT_TEMPLATES))
     if leaked:
         raise ValueError(f"held-out templates {leaked} appear in the training tasks")
 

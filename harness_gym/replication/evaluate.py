@@ -129,7 +129,7 @@ def run_bench(
 
 def gap_interval(
     base: Sequence[Mapping[str, Any]], heldout: Sequence[Mapping[str, Any]], *, resamples: int = 2000, seed: int = 0
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """Specialisation gap (base Pass@1 minus held-out Pass@1) with a 95% bootstrap interval that
     resamples tasks as clusters, independently in the two groups; errors count as failures."""
     rng = np.random.default_rng(seed)
