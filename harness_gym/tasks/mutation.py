@@ -33,6 +33,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
 from importlib import resources
@@ -42,8 +43,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from harness_gym.bench.report import load_records
-from harness_gym.bench.runner import ResultsFile
+from harness_gym.records import ResultsFile, load_records
 from harness_gym.sandboxes.base import Sandbox, SandboxError, choose_backend, create_sandbox
 from harness_gym.tasks.audit import _PATH_TOKEN, UNSAFE_BACKENDS
 from harness_gym.tasks.base import Task, TaskError
@@ -119,7 +119,7 @@ def message_strings(source: str) -> set[tuple[str, int, int, int | None, int | N
 
 
 def code_operators(
-    table: Mapping[str, Any], protected: set[tuple[str, int, int, int | None, int | None]] = frozenset()
+    table: Mapping[str, Any], protected: AbstractSet[tuple[str, int, int, int | None, int | None]] = frozenset()
 ) -> Callable[[ast.AST], Iterator[tuple[str, ast.AST]]]:
     """Node operators: the generator's, then those the ``code`` table adds (see mutation_operators.yaml);
     ``protected``: places of constants left alone (see :func:`message_strings`)."""
@@ -130,6 +130,7 @@ def code_operators(
     commutative = set(table.get("commutative_calls", []))
 
     def propose(node: ast.AST) -> Iterator[tuple[str, ast.AST]]:
+        new: Any  # a copy of whichever node kind the operator mutates
         yield from generator_operators(node)
         if isinstance(node, (ast.BinOp, ast.AugAssign)):
             for new_op in swaps.get(type(node.op), []):
@@ -652,7 +653,7 @@ def run_mutant(
     (within ``timeout_s``, default the task's grader time; a grading that times out scores 0)."""
     if timeout_s is not None:
         task = replace(task, grader_timeout_s=min(task.grader_timeout_s, timeout_s))
-    base = {
+    base: dict[str, Any] = {
         "task_id": task.id,
         "key": key,
         "operator": mutant.operator,
