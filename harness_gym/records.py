@@ -24,8 +24,6 @@ not ``policy``.
 from __future__ import annotations
 
 import json
-import os
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +31,7 @@ from typing import Any
 
 from harness_gym.design import TRAINING_SET, heldout_set
 from harness_gym.harness import SPEC_SUFFIXES, Harness
+from harness_gym.jsonl import ResultsFile, load_records  # noqa: F401 (records are read and written through these)
 from harness_gym.presets import OUT_OF_SPACE, PRESETS
 from harness_gym.space import BASE_CONFIG, HarnessConfig, all_configs
 from harness_gym.tasks import Task
@@ -162,52 +161,6 @@ def plan_episodes(
         for i, t in enumerate(tasks)
     ]
     return model + calibrate
-
-
-class ResultsFile:
-    """An append-only JSON-lines file; thread-safe appends, each flushed and synced to disk."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.lock = threading.Lock()
-
-    def repair(self) -> None:
-        """Drop a half-written last line (the run was killed while writing it)."""
-        if not self.path.exists():
-            return
-        data = self.path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            self.path.write_bytes(data[: data.rfind(b"\n") + 1])
-
-    def done_keys(self) -> set[str]:
-        keys = set()
-        if self.path.exists():
-            for line in self.path.read_text(encoding="utf-8").splitlines():
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if record.get("error") is None:
-                    keys.add(record["episode_id"])
-        return keys
-
-    def append(self, record: Mapping[str, Any]) -> None:
-        line = json.dumps(record, ensure_ascii=False, default=str) + "\n"
-        with self.lock, open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(line)
-            handle.flush()
-            os.fsync(handle.fileno())
-
-
-def load_records(path: str | Path) -> list[dict[str, Any]]:
-    """Episode records from a results file (unreadable lines are skipped, errors kept)."""
-    records = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return records
 
 
 FORMAT = "harness-gym-trajectory/1"

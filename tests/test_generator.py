@@ -9,7 +9,8 @@ from harness_gym import HarnessEnv
 from harness_gym.agents import NullAgent, ReferenceAgent, run_episode
 from harness_gym.cli import main
 from harness_gym.tasks import validate_suite
-from harness_gym.tasks.generator import generate, mutations
+from harness_gym.tasks.generator import generate
+from harness_gym.tasks.mutants import mutations
 
 SOURCE = """
 def clamp(value, low, high):

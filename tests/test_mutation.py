@@ -16,15 +16,15 @@ from conftest import requires_bwrap
 from harness_gym.tasks import load_tasks
 from harness_gym.tasks.base import TaskError
 from harness_gym.tasks.builtin import builtin_root, load_task_dir
-from harness_gym.tasks.mutation import (
+from harness_gym.tasks.mutants import (
     MutantPool,
     changed_function_ranges,
     code_mutants,
     load_operators,
     mutant_pool,
-    mutation_audit,
     output_perturbations,
 )
+from harness_gym.tasks.mutation import mutation_audit
 
 OPERATORS = load_operators()
 

@@ -18,7 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness_gym.agents.reference import ReferenceAgent
+from harness_gym.bench.runner import run_one
 from harness_gym.design import TRAINING_SET, build_schedule
+from harness_gym.export import sft_rows
+from harness_gym.records import EpisodePlan, HarnessChoice, classify_config
 from harness_gym.space import BASE_CONFIG, HarnessConfig
 from harness_gym.tasks import Task, load_tasks
 from harness_gym.tasks.easy import HELDOUT_TEMPLATES
@@ -52,9 +56,6 @@ def record_trajectories(
 
     A reference episode that fails is an error: the task or harness is broken, and training on a
     failed demonstration would hide it."""
-    from harness_gym.agents.reference import ReferenceAgent
-    from harness_gym.bench.runner import EpisodePlan, HarnessChoice, classify_config, run_one
-
     paths = []
     for index, (task_id, config) in enumerate(pairs):
         plan = EpisodePlan(
@@ -197,8 +198,6 @@ def build_arm_pools(
     """Per arm, one group of K tokenised examples per task of ``suite`` (the pools :func:`equalise`
     chooses from): reference trajectories, exported by :func:`harness_gym.export.sft_rows` in the
     Hermes format with a train flag on exactly the policy's messages."""
-    from harness_gym.export import sft_rows
-
     tasks = load_tasks(suite)
     ids = [t.id for t in tasks]
     pools: dict[str, list[list[Any]]] = {}

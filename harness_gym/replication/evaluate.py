@@ -19,8 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from harness_gym.agents.huggingface import HFAgent
 from harness_gym.bench.report import cluster_bootstrap, succeeded, summarize
 from harness_gym.bench.runner import BenchRunner, HarnessChoice
+from harness_gym.records import load_records
 from harness_gym.space import BASE_CONFIG
 from harness_gym.tasks import Task
 
@@ -78,7 +80,6 @@ _WRAPPED: dict[int, PrefixCachingModel] = {}
 
 def hf_agent_factory(model_dir: str | Path, *, max_new_tokens: int, context_tokens: int = 4096) -> Any:
     """A factory of Hugging Face agents on ``model_dir`` (greedy, Hermes), sharing one prefix cache."""
-    from harness_gym.agents.huggingface import HFAgent
 
     def make() -> Any:
         agent = HFAgent(
@@ -106,8 +107,6 @@ def run_bench(
     progress: bool = True,
 ) -> list[dict[str, Any]]:
     """Bench one model; its episode records (each tagged with the model's label)."""
-    from harness_gym.bench.report import load_records
-
     runner = BenchRunner(
         hf_agent_factory(model_dir, max_new_tokens=max_new_tokens),
         harnesses,

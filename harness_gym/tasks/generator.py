@@ -13,15 +13,13 @@ built-in task format, loadable as ``tasks="generated:<folder>"``.
 from __future__ import annotations
 
 import ast
-import copy
 import hashlib
 import itertools
 import json
 import random
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,146 +30,21 @@ from harness_gym.sandboxes.options import DEFAULTS
 from harness_gym.sandboxes.shell import run_oneshot
 from harness_gym.tasks.base import Suite, Task, TaskError, parse_grader_output, register_loader
 from harness_gym.tasks.builtin import builtin_root, load_task_dir
-
-SWAPS: dict[type, type] = {
-    ast.Add: ast.Sub,
-    ast.Sub: ast.Add,
-    ast.Mult: ast.FloorDiv,
-    ast.FloorDiv: ast.Mult,
-    ast.Div: ast.Mult,
-    ast.Mod: ast.FloorDiv,
-}
-COMPARISONS: dict[type, type] = {
-    ast.Lt: ast.LtE,
-    ast.LtE: ast.Lt,
-    ast.Gt: ast.GtE,
-    ast.GtE: ast.Gt,
-    ast.Eq: ast.NotEq,
-    ast.NotEq: ast.Eq,
-    ast.In: ast.NotIn,
-    ast.NotIn: ast.In,
-}
-
+from harness_gym.tasks.mutants import (
+    MutantPool,
+    Mutation,
+    apply_mutations,
+    changed_function_ranges,
+    code_mutants,
+    grader_digest,
+    load_operators,
+    mutations,
+    sample,
+)
 
 # (grader digest, file, digest of the mutated file) -> whether the hidden tests failed on it: the
 # outcome depends on nothing else, so later generate() calls in this process reuse it
 _KILLED: dict[tuple[str, str, str], bool] = {}
-
-CALL_SWAPS = {"min": "max", "max": "min", "any": "all", "all": "any", "sorted": "reversed", "round": "int"}
-
-
-@dataclass(frozen=True)
-class Mutation:
-    operator: str
-    file: str
-    line: int
-    original: str  # the whole source lines replaced
-    mutated: str  # what replaces them
-
-    @property
-    def span(self) -> range:
-        return range(self.line, self.line + self.original.count("\n"))
-
-
-def apply_mutations(source: str, chosen: list[Mutation]) -> str:
-    """``source`` with several non-overlapping mutations applied (bottom-up, by line)."""
-    lines = source.splitlines(keepends=True)
-    for mutation in sorted(chosen, key=lambda m: -m.line):
-        start = mutation.line - 1
-        lines[start : start + mutation.original.count("\n")] = [mutation.mutated]
-    return "".join(lines)
-
-
-def _mutants(node: ast.AST) -> Iterator[tuple[str, ast.AST]]:
-    """(operator name, mutated copy) for every mutation that applies to ``node`` itself."""
-    new: Any  # a copy of whichever node type matched
-    if isinstance(node, ast.BinOp) and type(node.op) in SWAPS:
-        new = copy.deepcopy(node)
-        new.op = SWAPS[type(node.op)]()
-        yield "operator swap", new
-    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in COMPARISONS:
-        new = copy.deepcopy(node)
-        new.ops = [COMPARISONS[type(node.ops[0])]()]
-        yield "wrong comparison", new
-    if isinstance(node, ast.BoolOp):
-        new = copy.deepcopy(node)
-        new.op = ast.Or() if isinstance(node.op, ast.And) else ast.And()
-        yield "boolean swap", new
-    if isinstance(node, ast.Constant) and type(node.value) is int and not isinstance(node.value, bool):
-        for delta in (1, -1):
-            yield "off by one", ast.Constant(node.value + delta)
-    if isinstance(node, ast.AugAssign) and type(node.op) in SWAPS:
-        new = copy.deepcopy(node)
-        new.op = SWAPS[type(node.op)]()
-        yield "operator swap", new
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in CALL_SWAPS:
-        new = copy.deepcopy(node)
-        new.func = ast.Name(CALL_SWAPS[node.func.id], ast.Load())
-        yield "wrong function", new
-    if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in (ast.Is, ast.IsNot):
-        new = copy.deepcopy(node)
-        new.ops = [ast.IsNot() if isinstance(node.ops[0], ast.Is) else ast.Is()]
-        yield "wrong comparison", new
-    if isinstance(node, ast.Constant) and isinstance(node.value, bool):
-        yield "flipped constant", ast.Constant(not node.value)
-    if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
-        yield "dropped statement", ast.Pass()
-    if isinstance(node, ast.If):
-        negated = copy.deepcopy(node)
-        negated.test = ast.UnaryOp(ast.Not(), node.test)
-        yield "negated condition", negated
-        if node.orelse:
-            dropped = copy.deepcopy(node)
-            dropped.orelse = []
-            yield "dropped branch", dropped
-
-
-NodeOperators = Callable[[ast.AST], Iterator[tuple[str, ast.AST]]]
-
-
-def candidate_mutations(
-    source: str, file: str, operators: NodeOperators | None = None
-) -> Iterator[tuple[Mutation, str]]:
-    """Every single-site mutation ``operators`` (default: the generator's own) propose for a source
-    file, as (mutation, mutated source), unchecked: the result may not parse or may equal ``source``."""
-    propose = operators or _mutants
-    tree = ast.parse(source)
-    lines = source.splitlines(keepends=True)
-    node: Any  # a statement or expression: the checks below make sure it has a position
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.Module)) or not hasattr(node, "lineno"):
-            continue
-        segment = ast.get_source_segment(source, node)
-        if segment is None:
-            continue
-        for operator, mutant in propose(node):
-            replacement = ast.unparse(mutant)
-            if node.lineno == node.end_lineno and "\n" not in replacement:
-                line = lines[node.lineno - 1]
-                start, end = node.col_offset, node.end_col_offset
-                new_line = line[:start] + replacement + line[end:]
-                new_source = "".join([*lines[: node.lineno - 1], new_line, *lines[node.lineno :]])
-                mutation = Mutation(operator, file, node.lineno, line, new_line)
-            else:  # a multi-line statement (an if with branches): re-render the whole statement
-                indent = " " * node.col_offset
-                body = "\n".join(indent + text if text else text for text in ast.unparse(mutant).splitlines()) + "\n"
-                original = "".join(lines[node.lineno - 1 : node.end_lineno])
-                new_source = "".join(lines[: node.lineno - 1]) + body + "".join(lines[node.end_lineno :])
-                mutation = Mutation(operator, file, node.lineno, original, body)
-            yield mutation, new_source
-
-
-def mutations(source: str, file: str) -> list[tuple[Mutation, str]]:
-    """Every single-site mutation of a source file that parses and changes it, as (mutation, mutated source)."""
-    out = []
-    for mutation, new_source in candidate_mutations(source, file):
-        try:
-            ast.parse(new_source)
-        except SyntaxError:
-            continue
-        if new_source != source:
-            out.append((mutation, new_source))
-    return out
 
 
 def correct_project(task: Task, destination: Path) -> None:
@@ -264,15 +137,6 @@ def generate(
         rng.shuffle(singles)
         detected: list[tuple[Task, Mutation]] = []
         seen: set[str] = set()
-
-        from harness_gym.tasks.mutation import (
-            MutantPool,
-            changed_function_ranges,
-            code_mutants,
-            grader_digest,
-            load_operators,
-            sample,
-        )
 
         table = load_operators()["code"]
         strength: dict[tuple[str, str, int, int], tuple[int, int]] = {}
