@@ -207,3 +207,97 @@ def test_hard_link_is_not_a_copy_in_generated_easy_tasks():
     assert reward == 0.0, info.get("reward_breakdown")
     reward, info, _ = play("easy-3-0002-copy_file", "cp lemon.txt koala.txt", tasks="generated-easy:3")
     assert reward == 1.0, info.get("reward_breakdown")
+
+
+# ------------------------------------------------------------------ Docker: the agent's processes and the protocol
+
+TOOL_SERVER_THIEF = """
+import json, os, struct, time
+held, deadline = None, time.time() + 20
+while held is None and time.time() < deadline:  # catch the tool server before it seals itself
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                if b"server.py" not in handle.read():
+                    continue
+            held = os.open(f"/proc/{pid}/fd/0", os.O_RDONLY), os.open(f"/proc/{pid}/fd/1", os.O_WRONLY)
+            break
+        except OSError:
+            continue
+while held:
+    header = os.read(held[0], 4)
+    if len(header) < 4:
+        break
+    size, body = struct.unpack(">I", header)[0], b""
+    while len(body) < size:
+        body += os.read(held[0], size - len(body))
+    reply = json.dumps({"id": json.loads(body)["id"], "output": "FORGED", "exit_code": 0}).encode()
+    os.write(held[1], struct.pack(">I", len(reply)) + reply)
+"""
+
+SHELL_THIEF = """
+import os, re, sys
+shell = sys.argv[1]
+pipes = {fd: os.readlink(f"/proc/{shell}/fd/{fd}") for fd in os.listdir(f"/proc/{shell}/fd")}
+output = pipes["1"]
+readable = [fd for fd in pipes if "pipe:" in pipes[fd] and fd != "0" and
+            int(open(f"/proc/{shell}/fdinfo/{fd}").read().split("flags:")[1].split()[0], 8) & 3 == 0]
+commands = os.open(f"/proc/{shell}/fd/{readable[0]}", os.O_RDONLY)  # the shell's saved stdin: its command pipe
+others = [fd for fd in pipes if "pipe:" in pipes[fd] and pipes[fd] not in (output, pipes[readable[0]])]
+status = os.open(f"/proc/{shell}/fd/{others[0]}", os.O_WRONLY)  # its saved stderr: the status pipe
+data = b""
+while not re.search(rb"__hg_fence_[0-9a-f]+__[^\\n]*\\n", data):
+    data += os.read(commands, 65536)
+nonce = re.search(rb"__hg_fence_([0-9a-f]+)__", data).group(1)
+os.write(1, b"FORGED__hg_fence_" + nonce + b"__")
+os.write(status, nonce + b" 0\\n")
+"""
+
+
+def _docker_sandbox(docker_engine, files):
+    from harness_gym.sandboxes.base import create_sandbox
+
+    host, image = docker_engine
+    sandbox = create_sandbox("docker", image, docker_host=host, command_timeout_s=10)
+    workspace = sandbox.new_workspace()
+    for name, text in files.items():
+        (workspace / name).write_text(text)
+    sandbox.start(workspace, "/workspace")
+    return sandbox
+
+
+def test_agent_process_cannot_answer_for_the_docker_tool_server(docker_engine):
+    """The Docker tool server was started (a second `docker exec`) at the first tool call and sealed
+    itself (non-dumpable) only once Python ran its code: a process the agent left polling /proc
+    opened the server's stdin and stdout in that window and answered every later tool call itself
+    (any output, exit 0). The server now starts with the shell, before any agent code runs."""
+    sandbox = _docker_sandbox(docker_engine, {"thief.py": TOOL_SERVER_THIEF, "a.txt": "genuine\n"})
+    try:
+        assert sandbox.run("python3 thief.py >/dev/null 2>&1 & sleep 0.3").exit_code == 0
+        for _ in range(3):
+            view = sandbox.run_tool(
+                "file_editor.py", {"command": "view", "path": "/workspace/a.txt", "root": "/workspace"}
+            )
+            assert "FORGED" not in view.output and "genuine" in view.output, view
+    finally:
+        sandbox.close()
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.xfail(strict=True, reason="open: the Docker shell is dumpable; see the red-team report")
+def test_agent_process_cannot_answer_for_the_docker_shell(docker_engine):
+    """Docker's shell protocol (status over stderr, guarded by a nonce) is open to a process the
+    agent leaves behind: the shell runs as the agent's user and is dumpable, so the process opens
+    /proc/<shell>/fd/10 (the command pipe), reads the next command and its nonce, and writes that
+    command's output, fence and status itself: the command never runs and its result is forged."""
+    sandbox = _docker_sandbox(docker_engine, {"thief.py": SHELL_THIEF})
+    try:
+        assert sandbox.run("python3 thief.py $$ 2>/dev/null & sleep 0.5").exit_code == 0
+        result = sandbox.run("echo genuine; false")
+        assert (result.output, result.exit_code) == ("genuine\n", 1), result
+    finally:
+        sandbox.close()
