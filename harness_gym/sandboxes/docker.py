@@ -198,8 +198,12 @@ class DockerSandbox(ShellSandbox):
 
     @contextlib.contextmanager
     def _shell_command(self, shell_argv: list[str]) -> Iterator[tuple[list[str], Sequence[int]]]:
-        """``docker exec`` of the shell in the episode's container (stdin, stdout and stderr only)."""
-        yield ["docker", "exec", "-i", "-w", self._mount_path, self.container.id, self.shell], ()
+        """``docker exec`` of the shell in the episode's container (stdin, stdout and stderr only), under
+        its warden (``tools/scripts/relay.py``: a process the agent leaves behind cannot answer for
+        the shell) where the image has a Python, else alone."""
+        warden = 'command -v "$1" >/dev/null 2>&1 && exec "$1" -I -S "$2" "$0"; exec "$0"'
+        argv = ["docker", "exec", "-i", "-w", self._mount_path, self.container.id, self.shell, "-c", warden]
+        yield [*argv, self.shell, self.python, f"{self.tools_dir}/relay.py"], ()
 
     def _shell_env(self) -> dict[str, str]:
         env = dict(os.environ)
