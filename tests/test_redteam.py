@@ -325,3 +325,23 @@ def test_agent_process_cannot_answer_for_the_docker_shell(docker_engine, handed)
         assert sandbox.run("echo next").output == "next\n"
     finally:
         sandbox.close()
+
+
+@requires_bwrap
+def test_long_command_with_a_syntax_error_does_not_break_the_next_long_command():
+    """A command over the inline limit (96 characters) with an unterminated quote left bash's parser
+    expecting no command word: the next long command's ``__hg`` line was not alias-expanded
+    ("__hg: command not found"), so that command timed out and the shell was restarted (its working
+    directory and variables lost) for a typo in the command before."""
+    from harness_gym.sandboxes.base import create_sandbox
+
+    sandbox = create_sandbox("bubblewrap", None, command_timeout_s=5)
+    try:
+        sandbox.start(sandbox.new_workspace(), "/workspace")
+        long_text = "x" * 100
+        for broken in (f"echo 'a{long_text}", f'echo "a{long_text}', f"if true; then echo {long_text}"):
+            assert sandbox.run(broken).exit_code == 2
+            result = sandbox.run(f"echo {long_text}")
+            assert (result.output, result.exit_code, result.timed_out) == (long_text + "\n", 0, False), result
+    finally:
+        sandbox.close()

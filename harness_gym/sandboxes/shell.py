@@ -419,7 +419,7 @@ class ShellSandbox(SandboxBackend):
             # the header (length, nonce) and the command as `read -N` blocks, the command as ASCII (so
             # its length means the same in every locale), decoded by printf %b
             payload = _ascii_escaped(command) or b" "
-            self._write(b"__hg\n%08x%s" % (len(payload), nonce.encode()) + payload)
+            self._write(b"\n__hg\n%08x%s" % (len(payload), nonce.encode()) + payload)
             return nonce
         # under a warden the fence is the warden's (with a secret the shell never sees), else the shell's
         fence = "" if self._fence_secret else f"printf %s {_fence(nonce)} >&4; "
