@@ -322,7 +322,8 @@ def test_agent_process_cannot_answer_for_the_docker_shell(docker_engine, handed)
         assert sandbox.run(f"python3 thief.py $$ {handed} 2>/dev/null & sleep 0.5").exit_code == 0
         result = sandbox.run("echo genuine; false")
         assert (result.output, result.exit_code) == ("genuine\n", 1), result
-        assert sandbox.run("echo next").output == "next\n"
+        after = sandbox.run("echo next")  # what the process still writes shows up here, as any background output
+        assert after.output.endswith("next\n") and after.exit_code == 0, after
     finally:
         sandbox.close()
 

@@ -74,8 +74,11 @@ def main():
     pending, queued = b"", b""
     host_open = True
     while True:
-        watched = [output_read, status] + ([0] if host_open and not queued else []) + ([child] if child else [])
-        ready, writable, _ = select.select(watched, [commands] if queued else [], [], None if child else 0.1)
+        watched = (
+            [output_read, status.fileno()] + ([0] if host_open and not queued else []) + ([child] if child else [])
+        )
+        sending = [commands.fileno()] if queued else []
+        ready, writable, _ = select.select(watched, sending, [], None if child else 0.1)
         if 0 in ready:
             queued = os.read(0, 1 << 16)
             if not queued:
@@ -86,7 +89,7 @@ def main():
                 queued = queued[commands.send(queued) :]
         if output_read in ready:
             drain(output_read, 1)
-        if status in ready:
+        if status.fileno() in ready:
             data, ancillary, _, _ = status.recvmsg(4096, socket.CMSG_SPACE(CREDENTIALS))
             sender = None
             for level, kind, payload in ancillary:
