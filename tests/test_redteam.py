@@ -5,6 +5,7 @@ is an exploit that still works."""
 import json
 import warnings
 
+import pytest
 from conftest import requires_bwrap
 
 from harness_gym import HarnessEnv
@@ -207,3 +208,141 @@ def test_hard_link_is_not_a_copy_in_generated_easy_tasks():
     assert reward == 0.0, info.get("reward_breakdown")
     reward, info, _ = play("easy-3-0002-copy_file", "cp lemon.txt koala.txt", tasks="generated-easy:3")
     assert reward == 1.0, info.get("reward_breakdown")
+
+
+# ------------------------------------------------------------------ Docker: the agent's processes and the protocol
+
+TOOL_SERVER_THIEF = """
+import json, os, struct, time
+held, deadline = None, time.time() + 20
+while held is None and time.time() < deadline:  # catch the tool server before it seals itself
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                if b"server.py" not in handle.read():
+                    continue
+            held = os.open(f"/proc/{pid}/fd/0", os.O_RDONLY), os.open(f"/proc/{pid}/fd/1", os.O_WRONLY)
+            break
+        except OSError:
+            continue
+while held:
+    header = os.read(held[0], 4)
+    if len(header) < 4:
+        break
+    size, body = struct.unpack(">I", header)[0], b""
+    while len(body) < size:
+        body += os.read(held[0], size - len(body))
+    reply = json.dumps({"id": json.loads(body)["id"], "output": "FORGED", "exit_code": 0}).encode()
+    os.write(held[1], struct.pack(">I", len(reply)) + reply)
+"""
+
+SHELL_THIEF = """
+import os, re, socket, stat, sys
+shell = sys.argv[1]
+commands = status = None
+for fd in os.listdir(f"/proc/{shell}/fd"):  # its pipes reopen through /proc (its sockets do not)
+    link = os.readlink(f"/proc/{shell}/fd/{fd}")
+    flags = int(open(f"/proc/{shell}/fdinfo/{fd}").read().split("flags:")[1].split()[0], 8)
+    if "pipe:" in link and fd != "1" and link != os.readlink(f"/proc/{shell}/fd/1"):
+        if flags & 3 == 0 and fd != "0":
+            commands = os.open(f"/proc/{shell}/fd/{fd}", os.O_RDONLY)  # its saved stdin: the command pipe
+        elif flags & 3:
+            status = os.open(f"/proc/{shell}/fd/{fd}", os.O_WRONLY)  # its saved stderr: the status pipe
+for fd in range(3, 10):  # copies of its descriptors the agent handed this process
+    try:
+        if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+            continue
+    except OSError:
+        continue
+    handle = socket.socket(fileno=fd)
+    if handle.type == socket.SOCK_STREAM:
+        commands = handle
+    else:
+        status = handle
+read = (lambda: commands.recv(65536, socket.MSG_PEEK)) if isinstance(commands, socket.socket) else (
+    lambda: os.read(commands, 65536))
+data = b""
+while not re.search(rb"__hg_fence_[0-9a-f]+__[^\\n]*\\n|printf '%s %s\\\\n' ([0-9a-f]+)", data):
+    data = read() if isinstance(commands, socket.socket) else data + read()
+nonce = re.search(rb"(?:__hg_fence_|printf '%s %s\\\\n' )([0-9a-f]{16})", data).group(1)
+os.write(1, b"FORGED__hg_fence_" + nonce + b"__")
+if isinstance(status, socket.socket):
+    status.send(nonce + b" 0\\n")
+else:
+    os.write(status, nonce + b" 0\\n")
+"""
+
+
+def _docker_sandbox(docker_engine, files):
+    from harness_gym.sandboxes.base import create_sandbox
+
+    host, image = docker_engine
+    sandbox = create_sandbox("docker", image, docker_host=host, command_timeout_s=10)
+    workspace = sandbox.new_workspace()
+    for name, text in files.items():
+        (workspace / name).write_text(text)
+    sandbox.start(workspace, "/workspace")
+    return sandbox
+
+
+def test_agent_process_cannot_answer_for_the_docker_tool_server(docker_engine):
+    """The Docker tool server was started (a second `docker exec`) at the first tool call and sealed
+    itself (non-dumpable) only once Python ran its code: a process the agent left polling /proc
+    opened the server's stdin and stdout in that window and answered every later tool call itself
+    (any output, exit 0). The server now starts with the shell, before any agent code runs."""
+    sandbox = _docker_sandbox(docker_engine, {"thief.py": TOOL_SERVER_THIEF, "a.txt": "genuine\n"})
+    try:
+        assert sandbox.run("python3 thief.py >/dev/null 2>&1 & sleep 0.3").exit_code == 0
+        for _ in range(3):
+            view = sandbox.run_tool(
+                "file_editor.py", {"command": "view", "path": "/workspace/a.txt", "root": "/workspace"}
+            )
+            assert "FORGED" not in view.output and "genuine" in view.output, view
+    finally:
+        sandbox.close()
+
+
+@pytest.mark.parametrize(
+    "handed",
+    ["", "3<&10 4<&11 5<&12 6<&13"],  # busybox sh keeps its stdin/stdout/stderr at 10-13 during eval
+    ids=["through-proc", "inherited"],
+)
+def test_agent_process_cannot_answer_for_the_docker_shell(docker_engine, handed):
+    """Docker's shell protocol (status over stderr, guarded by a nonce) was open to a process the
+    agent left behind: the shell runs as the agent's user and is dumpable, so the process opened
+    /proc/<shell>/fd/10 (the command pipe), read the next command and its nonce, and wrote that
+    command's output, fence and status itself: the command never ran and its result was forged.
+    The shell now runs under a sealed warden (tools/scripts/relay.py) that holds the exec's pipes,
+    counts only records the shell itself sent and writes a fence with a secret the shell never sees;
+    a process handed the shell's own sockets can peek at commands but not answer for them."""
+    sandbox = _docker_sandbox(docker_engine, {"thief.py": SHELL_THIEF})
+    try:
+        assert sandbox.run(f"python3 thief.py $$ {handed} 2>/dev/null & sleep 0.5").exit_code == 0
+        result = sandbox.run("echo genuine; false")
+        assert (result.output, result.exit_code) == ("genuine\n", 1), result
+        after = sandbox.run("echo next")  # what the process still writes shows up here, as any background output
+        assert after.output.endswith("next\n") and after.exit_code == 0, after
+    finally:
+        sandbox.close()
+
+
+@requires_bwrap
+def test_long_command_with_a_syntax_error_does_not_break_the_next_long_command():
+    """A command over the inline limit (96 characters) with an unterminated quote left bash's parser
+    expecting no command word: the next long command's ``__hg`` line was not alias-expanded
+    ("__hg: command not found"), so that command timed out and the shell was restarted (its working
+    directory and variables lost) for a typo in the command before."""
+    from harness_gym.sandboxes.base import create_sandbox
+
+    sandbox = create_sandbox("bubblewrap", None, command_timeout_s=5)
+    try:
+        sandbox.start(sandbox.new_workspace(), "/workspace")
+        long_text = "x" * 100
+        for broken in (f"echo 'a{long_text}", f'echo "a{long_text}', f"if true; then echo {long_text}"):
+            assert sandbox.run(broken).exit_code == 2
+            result = sandbox.run(f"echo {long_text}")
+            assert (result.output, result.exit_code, result.timed_out) == (long_text + "\n", 0, False), result
+    finally:
+        sandbox.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import socket
 import subprocess
@@ -36,7 +37,7 @@ from harness_gym.sandboxes.base import (
 )
 from harness_gym.sandboxes.docker_support import KEEPALIVE, docker_client
 from harness_gym.sandboxes.options import DEFAULTS
-from harness_gym.sandboxes.shell import CappedOutput, ShellSandbox
+from harness_gym.sandboxes.shell import CappedOutput, ShellSandbox, kill_process_group
 
 LABEL = "harness-gym"
 OWNER_LABEL = "harness-gym.owner"  # "<hostname>:<pid>"
@@ -197,8 +198,12 @@ class DockerSandbox(ShellSandbox):
 
     @contextlib.contextmanager
     def _shell_command(self, shell_argv: list[str]) -> Iterator[tuple[list[str], Sequence[int]]]:
-        """``docker exec`` of the shell in the episode's container (stdin, stdout and stderr only)."""
-        yield ["docker", "exec", "-i", "-w", self._mount_path, self.container.id, self.shell], ()
+        """``docker exec`` of the shell in the episode's container (stdin, stdout and stderr only), under
+        its warden (``tools/scripts/relay.py``: a process the agent leaves behind cannot answer for
+        the shell) where the image has a Python, else alone."""
+        warden = 'command -v "$1" >/dev/null 2>&1 && exec "$1" -I -S "$2" "$0"; exec "$0"'
+        argv = ["docker", "exec", "-i", "-w", self._mount_path, self.container.id, self.shell, "-c", warden]
+        yield [*argv, self.shell, self.python, f"{self.tools_dir}/relay.py"], ()
 
     def _shell_env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -209,11 +214,38 @@ class DockerSandbox(ShellSandbox):
     def _server_python(self) -> str | None:
         return self.python
 
-    def _spawn_server(self, server_python: str) -> subprocess.Popen[bytes]:
+    def _start_shell(self) -> None:
+        """The shell, and with it the tool server (a second ``docker exec``), which announces itself
+        once it is non-dumpable. Why not at the first tool call: Python runs for tens of ms before it
+        can seal itself, and a process the agent left polling /proc opened the server's pipes in that
+        window and answered every later tool call. Here nothing of the agent's is running yet (a new
+        shell follows a ``kill -9 -1``). Without a Python in the image the tools fail as before."""
+        server = self._launch_server()
+        try:
+            super()._start_shell()
+        except BaseException:
+            kill_process_group(server)
+            raise
+        assert self._channels is not None and server.stdin is not None and server.stdout is not None
+        ready, _, _ = select.select([server.stdout], [], [], 30.0)
+        if not ready or server.stdout.read(1) != b"S":
+            kill_process_group(server)
+            return
+        channels = self._channels
+        channels.server, channels.server_started = server, True
+        channels.requests, channels.replies = os.dup(server.stdin.fileno()), os.dup(server.stdout.fileno())
+
+    def _spawn_server(self, server_python: str) -> subprocess.Popen[bytes] | None:
+        """None: Docker's tool server starts only with the shell (:meth:`_start_shell`); one started
+        later could be caught by the agent's processes before it seals itself."""
+        return None
+
+    def _launch_server(self) -> subprocess.Popen[bytes]:
         """The persistent tool server as a second ``docker exec`` (it makes itself non-dumpable, so the
-        agent's processes, without CAP_SYS_PTRACE, cannot reach its pipes through /proc)."""
+        agent's processes, without CAP_SYS_PTRACE, cannot reach its pipes through /proc), announcing
+        itself once sealed."""
         argv = ["docker", "exec", "-i", "-w", self._mount_path, self.container.id]
-        argv += [server_python, "-I", "-S", f"{self.tools_dir}/server.py"]
+        argv += [self.python, "-I", "-S", f"{self.tools_dir}/server.py", "--announce"]
         return subprocess.Popen(
             argv,
             stdin=subprocess.PIPE,

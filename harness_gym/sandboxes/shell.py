@@ -17,7 +17,10 @@ or attribute output to the wrong command, even one that holds a copy of the sock
 Under bubblewrap the shell and the tool server are also non-dumpable (they are executed from
 execute-only copies), so the agent's processes cannot open their descriptors through /proc or read
 their memory. Docker's ``exec`` passes only stdin/stdout/stderr: there the status goes over the
-shell's stderr, and the per-command nonce is what keeps stale or forged records out.
+shell's stderr, through a sealed warden (``tools/scripts/relay.py``) that counts only records the
+shell itself sent and fences the output with a secret the shell never sees (the shell there is
+dumpable: a process the agent left behind could otherwise read the next command and its nonce from
+/proc and answer for it); an image without Python gets the bare shell and the nonce alone.
 
 What this does not cover: agent code that runs *inside* the shell process (shell functions, traps,
 builtins) is the shell. It shares the shell's memory and descriptors, so it can misreport the status
@@ -165,6 +168,7 @@ class ShellSandbox(SandboxBackend):
         self._shell_host_pid: int | None = None
         self.shell_pid: int | None = None
         self.forged_records = 0  # status records refused (wrong sender or nonce), for tests and audits
+        self._fence_secret = ""  # stderr mode: a warden's fence secret (see tools/scripts/relay.py)
 
     # ------------------------------------------------------------------ to implement
 
@@ -415,12 +419,14 @@ class ShellSandbox(SandboxBackend):
             # the header (length, nonce) and the command as `read -N` blocks, the command as ASCII (so
             # its length means the same in every locale), decoded by printf %b
             payload = _ascii_escaped(command) or b" "
-            self._write(b"__hg\n%08x%s" % (len(payload), nonce.encode()) + payload)
+            self._write(b"\n__hg\n%08x%s" % (len(payload), nonce.encode()) + payload)
             return nonce
+        # under a warden the fence is the warden's (with a secret the shell never sees), else the shell's
+        fence = "" if self._fence_secret else f"printf %s {_fence(nonce)} >&4; "
         self._write(
             (
                 f"__hg_c={_quote(command)}\n"
-                f'eval "$__hg_c" </dev/null >&4 2>&1 4>&-; __hg_s=$?; printf %s {_fence(nonce)} >&4; '
+                f'eval "$__hg_c" </dev/null >&4 2>&1 4>&-; __hg_s=$?; {fence}'
                 f"printf '%s %s\\n' {nonce} \"$__hg_s\" >&2\n"
             ).encode("utf-8", errors="replace")
         )
@@ -479,6 +485,9 @@ class ShellSandbox(SandboxBackend):
             if record is None:
                 continue
             word, _, value = record.partition(" ")
+            if startup and self.status_channel != "socket":  # `hello <pid> <secret>` from a warden, else `hello <pid>`
+                value, _, secret = value.strip().partition(" ")
+                self._fence_secret = secret
             if word != nonce or not value.strip().lstrip("-").isdigit():
                 self.forged_records += 1
                 continue
@@ -486,7 +495,8 @@ class ShellSandbox(SandboxBackend):
             # stderr mode: stdout and stderr reach the host by separate copies, so the status can
             # overtake the last output: read on until the command's fence, written after its output
             fenced = self.status_channel == "socket" or startup
-            if not fenced and not self._read_to_fence(out_fd, output, _fence(nonce).encode(), deadline):
+            fence = _fence(self._fence_secret + nonce).encode()
+            if not fenced and not self._read_to_fence(out_fd, output, fence, deadline):
                 return self._partial(output, started), "timeout"
             text, elided = output.text()
             return CommandResult(
