@@ -82,7 +82,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--baseline", default="0ce0c15", help="git revision of the graders to compare with")
-    parser.add_argument("--tasks", help="comma-separated task ids (default: repair tasks + workspace-executable-script)")
+    parser.add_argument(
+        "--tasks", help="comma-separated task ids (default: repair tasks + workspace-executable-script)"
+    )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/grading_time.json"))
     args = parser.parse_args()
     current = {t.id: t for t in load_tasks("builtin")}
@@ -105,7 +107,9 @@ def main() -> None:
                         raise SystemExit(f"{task_id}: the {name} grader gave {reward} to the reference solution")
                     samples[name].append(seconds)
             rows[task_id] = {k: statistics.median(v) * 1000 for k, v in samples.items()}
-            print(f"{task_id:<32} current {rows[task_id]['current']:7.1f} ms   baseline {rows[task_id]['baseline']:7.1f} ms")
+            print(
+                f"{task_id:<32} current {rows[task_id]['current']:7.1f} ms   baseline {rows[task_id]['baseline']:7.1f} ms"
+            )
     current_ms = statistics.median(r["current"] for r in rows.values())
     baseline_ms = statistics.median(r["baseline"] for r in rows.values())
     ratio = current_ms / baseline_ms

@@ -390,10 +390,7 @@ class ShellSandbox(SandboxBackend):
         # 4 (status socket, output backup) are closed around the command: each redirection costs bash
         # ~10 us to save and restore. What a command's `exec >file`/`exec 2>&-`/`exec <file` changed
         # is undone by plain `exec` redirections *after* the status is out (off the round trip).
-        run = (
-            'eval "$__hc" 3>&- 4>&-; printf "%s %s\\n" "$__hn" "$?" >&3; unset __hc; '
-            "exec 0</dev/null 1>&4 2>&1"
-        )
+        run = 'eval "$__hc" 3>&- 4>&-; printf "%s %s\\n" "$__hn" "$?" >&3; unset __hc; exec 0</dev/null 1>&4 2>&1'
         # a long command: its header (length, nonce) and text as `read -N` blocks (bash's parser
         # reads a script one byte per read(2)); a short one (``_INLINE_MAX``) is cheaper inline as a
         # quoted literal than two `read` builtins and a `printf %b`

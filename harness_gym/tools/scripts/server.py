@@ -35,6 +35,8 @@ def seal():
         ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
     except (OSError, AttributeError):
         pass
+
+
 SCRIPTS = {"library.py": library.handle, "file_editor.py": file_editor.handle}
 # children run the system interpreter, not the sealed copy this server may run from
 sys.executable = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
