@@ -40,7 +40,11 @@ DATASOURCE = "harness-gym"
 
 
 def rollout_seed(seed: int, epoch: int, task_id: str, slot: int) -> int:
-    """A stable per-rollout environment seed (independent of row order and of Python's hash seed)."""
+    """A stable per-rollout environment seed (independent of row order and of Python's hash seed).
+
+    Training rows are seeded apart from evaluation on purpose: :func:`~harness_gym.records.episode_seed`
+    (bench, evolution, check) gives small integers, this gives hashed 32-bit ones, so a policy is never
+    evaluated on the very episodes it was trained on."""
     digest = hashlib.sha256(f"{seed}/{epoch}/{task_id}/{slot}".encode()).digest()
     return int.from_bytes(digest[:4], "big")
 
