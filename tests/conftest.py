@@ -132,3 +132,21 @@ def chat_server():
     state["url"] = f"http://127.0.0.1:{server.server_port}/v1"
     yield state
     server.shutdown()
+
+
+# the test patch of the SWE-format fixture instance: the test the gold fix must make pass
+SWE_TEST_PATCH = "\n".join(
+    [
+        "--- a/tests/test_calc.py",
+        "+++ b/tests/test_calc.py",
+        "@@ -4,3 +4,7 @@",
+        " ",
+        " def test_sub():",
+        "     assert sub(5, 3) == 2",
+        "+",
+        "+",
+        "+def test_add():",
+        "+    assert add(2, 3) == 5",
+        "",
+    ]
+)

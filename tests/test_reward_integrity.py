@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import requires_bwrap
+from conftest import SWE_TEST_PATCH, requires_bwrap
 
 from harness_gym.sandboxes.shell import run_oneshot
 from harness_gym.tasks import load_tasks, parse_grader_output, validate_suite
@@ -27,21 +27,6 @@ from harness_gym.tasks.base import Task, verdict_signature
 from harness_gym.tasks.graders.runner_config import revert
 
 EXPLOITS = load_exploits()
-SWE_TEST_PATCH = "\n".join(
-    [
-        "--- a/tests/test_calc.py",
-        "+++ b/tests/test_calc.py",
-        "@@ -4,3 +4,7 @@",
-        " ",
-        " def test_sub():",
-        "     assert sub(5, 3) == 2",
-        "+",
-        "+",
-        "+def test_add():",
-        "+    assert add(2, 3) == 5",
-        "",
-    ]
-)
 PYTEST_PACKAGES = ("pytest", "_pytest", "py", "pluggy", "iniconfig", "packaging", "pygments")
 
 

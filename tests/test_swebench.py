@@ -4,26 +4,11 @@ repository at /testbed, hidden tests at /r2e_tests, and pytest copied in (no reg
 import json
 
 import pytest
+from conftest import SWE_TEST_PATCH
 
 from harness_gym import HarnessEnv
 from harness_gym.tasks import validate_suite
 from harness_gym.tasks.swebench import swebench_image
-
-TEST_PATCH = "\n".join(
-    [
-        "--- a/tests/test_calc.py",
-        "+++ b/tests/test_calc.py",
-        "@@ -4,3 +4,7 @@",
-        " ",
-        " def test_sub():",
-        "     assert sub(5, 3) == 2",
-        "+",
-        "+",
-        "+def test_add():",
-        "+    assert add(2, 3) == 5",
-        "",
-    ]
-)
 
 
 @pytest.fixture
@@ -41,7 +26,7 @@ def datasets(tmp_path, swe_image, monkeypatch):
                     "instance_id": "demo__calc-1",
                     "base_commit": "abc",
                     "patch": "GOLD PATCH - never shown",
-                    "test_patch": TEST_PATCH,
+                    "test_patch": SWE_TEST_PATCH,
                     "problem_statement": "add() subtracts instead of adding.",
                     "hints_text": "Look at calc.py",
                     "version": "1.0",
