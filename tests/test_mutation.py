@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 import yaml
-from conftest import requires_bwrap
+from conftest import r2e_parsed_commit, requires_bwrap
 
 from harness_gym.tasks import load_tasks
 from harness_gym.tasks.base import TaskError
@@ -304,6 +304,46 @@ def test_the_audit_of_a_swe_format_instance_runs_end_to_end_in_its_image(swe_ima
     assert entry.valid >= 4 and all(r.file == "calc.py" and r.line <= 2 for r in entry.results)  # add() only
     assert [added_lines(s.diff) for s in entry.survivors] == [["return a * b"]], report.table()
     assert entry.killed == entry.valid - 1
+
+
+def test_the_audit_of_an_r2e_instance_rebuilds_its_gold_patch_and_runs_end_to_end(swe_image, tmp_path, monkeypatch):
+    """An R2E-Gym row's reference is the gold commit in its parsed_commit_content (its test file
+    left out), applied in the instance's container; mutants of add() run the hidden tests in
+    /r2e_tests. Expecting test_add too kills every mutant; expecting test_sub only pays them all."""
+    from harness_gym import HarnessEnv
+
+    host, tag = swe_image
+    monkeypatch.setenv("DOCKER_HOST", host)
+    monkeypatch.setenv("HARNESS_GYM_CACHE", str(tmp_path / "cache"))
+    commit = r2e_parsed_commit(
+        "diff --git a/calc.py b/calc.py\n" + GOLD_PATCH + "diff --git a/tests/test_calc.py b/tests/test_calc.py\n"
+        + WEAK_TEST_PATCH
+    )  # fmt: skip
+    assert [d["header"]["file"]["path"] for d in commit["file_diffs"]] == ["calc.py", "tests/test_calc.py"]
+
+    def row(commit_hash, expected):
+        return {
+            "repo_name": "calc", "docker_image": tag, "commit_hash": commit_hash, "prompt": "(issue prompt)",
+            "problem_statement": "add() subtracts instead of adding.", "execution_result_content": "(tests)",
+            "parsed_commit_content": json.dumps(commit), "expected_output_json": json.dumps(expected),
+        }  # fmt: skip
+
+    rows = tmp_path / "r2e.jsonl"
+    strong_row = row("5" * 40, {"test_add": "PASSED", "test_sub": "PASSED"})
+    rows.write_text(json.dumps(strong_row) + "\n" + json.dumps(row("7" * 40, {"test_sub": "PASSED"})) + "\n")
+    strong, weak = load_tasks(f"r2e:{rows}")
+    assert strong.metadata["gold_patch_skipped"] == ["tests/test_calc.py (test file)"]
+    env = HarnessEnv(tasks=[strong])
+    observation, _ = env.reset(seed=0)
+    env.close()
+    assert "a + b" not in json.dumps(observation) and "a + b" not in strong.instruction  # the fix is never shown
+    report = mutation_audit([strong, weak], None, workers=2)
+    strong_result, weak_result = report.tasks
+    assert strong_result.error is None and not strong_result.errors, report.table()  # the gold patch scored 1
+    assert strong_result.valid >= 4 and all(r.file == "calc.py" and r.line <= 2 for r in strong_result.results)
+    assert strong_result.score == 1.0, report.table()
+    assert weak_result.error is None and weak_result.valid == strong_result.valid
+    assert weak_result.killed == 0 and ["return a * b"] in [added_lines(s.diff) for s in weak_result.survivors]
 
 
 # ------------------------------------------------------------- a ClawGym task's reference output

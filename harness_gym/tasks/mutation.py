@@ -388,7 +388,8 @@ def mutation_audit(
         def prepare(task: Task) -> list[tuple[Task, Path, Mutant, str, float]]:
             entry = entries[task.id]
             if not task.solution:
-                entry.error = "no reference solution"
+                why = task.metadata.get("reference_error")
+                entry.error = "no reference solution" + (f" ({why})" if why else "")
                 return []
             try:
                 reference = build_reference(task, Path(scratch) / task.id, backend, sandbox_options)
