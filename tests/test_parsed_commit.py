@@ -8,6 +8,7 @@ import subprocess
 import pytest
 from conftest import r2e_parsed_commit as parsed_commit
 
+from harness_gym.cli import main
 from harness_gym.tasks import load_tasks
 from harness_gym.tasks.mutation import mutation_audit
 from harness_gym.tasks.parsed_commit import ParsedCommitError, gold_patch, is_test_path
@@ -132,7 +133,7 @@ def r2e_row(content, commit_hash="0123456789abcdef"):
     }  # fmt: skip
 
 
-def test_an_r2e_row_gets_its_gold_patch_as_reference_and_a_broken_one_none(commit, tmp_path, monkeypatch):
+def test_an_r2e_row_gets_its_gold_patch_as_reference_and_a_broken_one_none(commit, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HARNESS_GYM_CACHE", str(tmp_path / "cache"))
     good = json.dumps(parsed_commit(git(commit, "diff", "HEAD~1", "HEAD")))
     rows = [r2e_row(good), r2e_row("{not json", "fedcba9876543210"), r2e_row(None, "aaaaaaaaaaaaaaaa")]
@@ -151,3 +152,6 @@ def test_an_r2e_row_gets_its_gold_patch_as_reference_and_a_broken_one_none(commi
         "quotes at character 1))",
         "no reference solution (the row has no parsed_commit_content)",
     ]
+    (tmp_path / "broken.jsonl").write_text(json.dumps(rows[1]) + "\n")
+    assert main(["tasks", "audit", f"r2e:{tmp_path / 'broken.jsonl'}", "--mutants", "1"]) == 2
+    assert "calc-fedcba987654: no reference solution (parsed_commit_content: not JSON" in capsys.readouterr().err
