@@ -306,7 +306,11 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
 
 def _cmd_mutation_audit(args: argparse.Namespace) -> int:
     """Grade N mutants of every reference solution; exit status 1 when any mutant survives."""
-    tasks = [t for t in load_tasks(args.suite) if t.solution]
+    loaded = load_tasks(args.suite)
+    tasks = [t for t in loaded if t.solution]
+    for task in loaded:  # a row whose gold patch could not be read (R2E): say why it is not audited
+        if not task.solution and task.metadata.get("reference_error"):
+            print(f"{task.id}: no reference solution ({task.metadata['reference_error']})", file=sys.stderr)
     if not tasks:
         raise ValueError(f"no task of {args.suite} has a reference solution to mutate")
     count = None if args.mutants == 0 else args.mutants

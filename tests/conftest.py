@@ -1,4 +1,5 @@
 import os
+import re
 import shutil
 
 import pytest
@@ -150,3 +151,56 @@ SWE_TEST_PATCH = "\n".join(
         "",
     ]
 )
+
+
+def r2e_parsed_commit(diff_text):
+    """A git diff as R2E-Gym's commit parser stores it: split on newlines (so the newline that ends
+    the text becomes one more empty context line of the last hunk), header lines by prefix."""
+    files, current, hunk = [], None, None
+    for line in diff_text.split("\n"):
+        if line.startswith("diff --git "):
+            path = re.match(r"diff --git a/(\S+) b/", line).group(1)
+            current = {
+                "old_file_content": "", "new_file_content": "", "header": {"file": {"path": path}, "misc_line": None},
+                "index_line": None, "is_binary_file": False, "binary_line": None, "minus_file": None,
+                "plus_file": None, "hunks": [],
+            }  # fmt: skip
+            files.append(current)
+            hunk = None
+        elif current is None:
+            continue
+        elif line.startswith("@@ "):
+            old, old_len, new, new_len, section = re.match(
+                r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)", line
+            ).groups()
+            hunk = {
+                "descriptor": {
+                    "old_range": {"start": int(old), "length": int(old_len) if old_len else None},
+                    "new_range": {"start": int(new), "length": int(new_len) if new_len else None},
+                    "section": section.lstrip(),
+                },
+                "line_group": {"all_lines": []},
+            }
+            current["hunks"].append(hunk)
+        elif hunk is None:
+            if line.startswith("index "):
+                hashes, _, mode = line[len("index ") :].partition(" ")
+                old_hash, new_hash = hashes.split("..")
+                current["index_line"] = {"old_commit_hash": old_hash, "new_commit_hash": new_hash, "mode": mode}
+            elif line.startswith(("old mode", "new mode", "deleted file mode", "new file mode")):
+                misc = current["header"]["misc_line"]
+                current["header"]["misc_line"] = f"{misc}\n{line}" if misc else line
+            elif line.startswith("--- "):
+                current["minus_file"] = {"path": line[4:]}
+            elif line.startswith("+++ "):
+                current["plus_file"] = {"path": line[4:]}
+            elif line.startswith("Binary files"):
+                current["is_binary_file"], current["binary_line"] = True, line
+        else:
+            kind = {"-": "deleted", "+": "added", "\\": "note"}.get(line[:1], "context")
+            content = line[2:] if kind == "note" else line[1:]
+            hunk["line_group"]["all_lines"].append({"content": content, "type": kind})
+    return {
+        "file_diffs": files, "old_commit_hash": "base", "new_commit_hash": "fix", "commit_message": "fix",
+        "commit_date": "2024-01-01T00:00:00", "metadata": {},
+    }  # fmt: skip

@@ -8,10 +8,11 @@ import subprocess
 import sys
 import textwrap
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 import yaml
-from conftest import requires_bwrap
+from conftest import r2e_parsed_commit, requires_bwrap
 
 from harness_gym.tasks import load_tasks
 from harness_gym.tasks.base import TaskError
@@ -217,10 +218,12 @@ def test_the_dataset_drops_or_down_weights_weak_grader_tasks(tmp_path):
 
     ids = [t.id for t in load_tasks("builtin:train")]
     weak, unknown, strong = ids[:2], ids[2], ids[3:]
-    scores = audit_file(tmp_path / "audit.json", {**dict.fromkeys(weak, 0.5), **dict.fromkeys(strong, 1.0)})
+    scores = audit_file(tmp_path / "audit.json", {**dict.fromkeys(weak, 0.5), unknown: None, strong[0]: 1.0})
     settings = {"kind": "harness", "suite": "builtin:train", "harness": "HarnessAdapt-H1", "repeats": 40}
     kept = Counter(labels(ds.build({**settings, "min_mutation_score": 1.0, "mutation_scores": str(scores)})))
-    assert set(kept) == set(strong) and set(kept.values()) == {40}  # weak and never audited: dropped
+    assert set(kept) == set(strong) and set(kept.values()) == {40}  # weak and unknown (no score): dropped
+    recorded = Counter(labels(ds.build({**settings, "min_mutation_score": 1.0})))
+    assert recorded == Counter(dict.fromkeys(ids, 40))  # no file: the built-ins' recorded audit, every one 1.0
     halved = Counter(labels(ds.build({**settings, "min_mutation_score": 1.0, "weak_task_weight": 0.5,
                                       "mutation_scores": str(scores)})))  # fmt: skip
     assert all(halved[t] == 40 for t in strong) and all(8 <= halved[t] <= 32 for t in [*weak, unknown])
@@ -270,6 +273,55 @@ def test_the_bench_report_shows_pass_at_1_on_strong_grader_tasks(tmp_path):
     assert "Pass@1 on strong-grader tasks (mutation score 1; 2 tasks" in (tmp_path / "report.md").read_text()
 
 
+def test_the_builtin_suites_recorded_audit_is_of_the_tasks_as_they_are(tmp_path):
+    """tasks/builtin/_mutation_audit.json is a full audit of every built-in task as it is now (its
+    audit digest); a built-in carries its score from there. After changing a task, its grader or
+    the operators, rerun: harness-gym tasks audit builtin --mutants 0 --json
+    harness_gym/tasks/builtin/_mutation_audit.json"""
+    from harness_gym.tasks.builtin import MUTATION_AUDIT, with_recorded_scores
+    from harness_gym.tasks.mutants import audit_digest
+
+    path = builtin_root() / MUTATION_AUDIT
+    data = json.loads(path.read_text())
+    tasks = load_tasks("builtin")
+    assert data["mutants_per_task"] is None and set(data["per_task"]) == {t.id for t in tasks}
+    stale = [t.id for t in tasks if data["per_task"][t.id]["digest"] != audit_digest(t)]
+    assert not stale, f"audited before their last change, rerun the audit (see this test's docstring): {stale}"
+    assert {t.id: t.metadata.get("mutation_score") for t in tasks} == {t.id: 1.0 for t in tasks}
+    assert sum(t.metadata["mutants_checked"] for t in tasks) >= 900
+    raw = load_task_dir(builtin_root() / tasks[0].id)
+    assert "mutation_score" not in raw.metadata and with_recorded_scores([raw], path)[0].metadata["mutation_score"] == 1
+    changed = replace(raw, grade_command=raw.grade_command + " --lenient")
+    assert "mutation_score" not in with_recorded_scores([changed], path)[0].metadata  # a changed grader: unknown
+    sampled = tmp_path / "sampled.json"
+    sampled.write_text(json.dumps({**data, "mutants_per_task": 3}))
+    assert "mutation_score" not in with_recorded_scores([raw], sampled)[0].metadata  # a sample is no full audit
+
+
+@requires_bwrap
+def test_bench_records_carry_their_tasks_mutation_score_and_the_report_reads_them(tmp_path):
+    from harness_gym.agents.factory import make_agent
+    from harness_gym.bench import BenchRunner, load_records, resolve_harnesses
+    from harness_gym.bench.report import render_markdown, summarize
+
+    strong, other = load_tasks("builtin:eval")[:2]
+    weak = replace(other, metadata={**other.metadata, "mutation_score": 0.5})
+    unaudited = replace(other, id="unaudited", metadata={"family": "repository-repair"})
+    runner = BenchRunner(
+        lambda: make_agent("reference"), resolve_harnesses("base"), [strong, weak, unaudited], runs=1,
+        out_dir=tmp_path, workers=2, progress=False, save_trajectories=False,
+    )  # fmt: skip
+    records = load_records(runner.run())
+    assert {r["task_id"]: r["mutation_score"] for r in records} == {strong.id: 1.0, weak.id: 0.5, "unaudited": None}
+    summary = summarize(records, resamples=50)["strong_grader"]  # the records' scores: no file needed
+    assert (summary["tasks"], summary["weak_tasks"], summary["unknown_tasks"]) == (1, 1, 1)
+    override = summarize(records, resamples=50, mutation_scores={weak.id: 1.0, strong.id: None})["strong_grader"]
+    assert (override["tasks"], override["weak_tasks"], override["unknown_tasks"]) == (1, 0, 2)
+    assert "(mutation score 1; 1 tasks, 1 weaker, 1 unknown)" in render_markdown(summarize(records, resamples=50))
+    forged = [{**r, "mutation_score": True} for r in records]  # not a score: unknown, never strong
+    assert summarize(forged, resamples=50)["strong_grader"] is None
+
+
 # ------------------------------------------------------------------------ a SWE-format instance
 
 GOLD_PATCH = (
@@ -304,6 +356,46 @@ def test_the_audit_of_a_swe_format_instance_runs_end_to_end_in_its_image(swe_ima
     assert entry.valid >= 4 and all(r.file == "calc.py" and r.line <= 2 for r in entry.results)  # add() only
     assert [added_lines(s.diff) for s in entry.survivors] == [["return a * b"]], report.table()
     assert entry.killed == entry.valid - 1
+
+
+def test_the_audit_of_an_r2e_instance_rebuilds_its_gold_patch_and_runs_end_to_end(swe_image, tmp_path, monkeypatch):
+    """An R2E-Gym row's reference is the gold commit in its parsed_commit_content (its test file
+    left out), applied in the instance's container; mutants of add() run the hidden tests in
+    /r2e_tests. Expecting test_add too kills every mutant; expecting test_sub only pays them all."""
+    from harness_gym import HarnessEnv
+
+    host, tag = swe_image
+    monkeypatch.setenv("DOCKER_HOST", host)
+    monkeypatch.setenv("HARNESS_GYM_CACHE", str(tmp_path / "cache"))
+    commit = r2e_parsed_commit(
+        "diff --git a/calc.py b/calc.py\n" + GOLD_PATCH + "diff --git a/tests/test_calc.py b/tests/test_calc.py\n"
+        + WEAK_TEST_PATCH
+    )  # fmt: skip
+    assert [d["header"]["file"]["path"] for d in commit["file_diffs"]] == ["calc.py", "tests/test_calc.py"]
+
+    def row(commit_hash, expected):
+        return {
+            "repo_name": "calc", "docker_image": tag, "commit_hash": commit_hash, "prompt": "(issue prompt)",
+            "problem_statement": "add() subtracts instead of adding.", "execution_result_content": "(tests)",
+            "parsed_commit_content": json.dumps(commit), "expected_output_json": json.dumps(expected),
+        }  # fmt: skip
+
+    rows = tmp_path / "r2e.jsonl"
+    strong_row = row("5" * 40, {"test_add": "PASSED", "test_sub": "PASSED"})
+    rows.write_text(json.dumps(strong_row) + "\n" + json.dumps(row("7" * 40, {"test_sub": "PASSED"})) + "\n")
+    strong, weak = load_tasks(f"r2e:{rows}")
+    assert strong.metadata["gold_patch_skipped"] == ["tests/test_calc.py (test file)"]
+    env = HarnessEnv(tasks=[strong])
+    observation, _ = env.reset(seed=0)
+    env.close()
+    assert "a + b" not in json.dumps(observation) and "a + b" not in strong.instruction  # the fix is never shown
+    report = mutation_audit([strong, weak], None, workers=2)
+    strong_result, weak_result = report.tasks
+    assert strong_result.error is None and not strong_result.errors, report.table()  # the gold patch scored 1
+    assert strong_result.valid >= 4 and all(r.file == "calc.py" and r.line <= 2 for r in strong_result.results)
+    assert strong_result.score == 1.0, report.table()
+    assert weak_result.error is None and weak_result.valid == strong_result.valid
+    assert weak_result.killed == 0 and ["return a * b"] in [added_lines(s.diff) for s in weak_result.survivors]
 
 
 # ------------------------------------------------------------- a ClawGym task's reference output

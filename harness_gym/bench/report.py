@@ -111,6 +111,14 @@ def _rates(group: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 STRONG_GRADER = 1.0  # the mutation score of a task whose hidden tests killed every mutant
 
 
+def known_score(value: Any) -> float | None:
+    """A mutation score, or None when ``value`` is none (not measured, or not a number in [0, 1]):
+    an unknown score is never counted as strong."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        return None  # NaN fails the range check too
+    return float(value)
+
+
 def load_mutation_scores(path: str | Path) -> dict[str, float | None]:
     """Task id -> mutation score, from a ``harness-gym tasks audit --mutants --json`` file."""
     try:
@@ -124,18 +132,25 @@ def _strong_grader(
     model: Sequence[Mapping[str, Any]], scores: Mapping[str, float | None], resamples: int, seed: int
 ) -> dict[str, Any] | None:
     """Pass@1 on the tasks whose grader killed every mutant (None when no task's score is known):
-    beside the overall figure, it shows how much of it weak graders may have paid for."""
-    known = {r["task_id"]: scores.get(r["task_id"], r.get("mutation_score")) for r in model}
-    if not any(isinstance(v, (int, float)) for v in known.values()):
+    beside the overall figure, it shows how much of it weak graders may have paid for. A task's
+    score is the one in ``scores`` (an audit file) if it names the task, else the one its records
+    carry (the bench writes each task's recorded score); a task with neither is unknown."""
+    known: dict[str, float | None] = {}
+    for record in model:
+        task = record["task_id"]
+        value = known_score(scores[task] if task in scores else record.get("mutation_score"))
+        if known.get(task) is None:  # a record without a score does not unset another's
+            known[task] = value
+    if not any(v is not None for v in known.values()):
         return None
-    strong = {t for t, v in known.items() if isinstance(v, (int, float)) and v >= STRONG_GRADER}
+    strong = {t for t, v in known.items() if v is not None and v >= STRONG_GRADER}
     group = [r for r in model if r["task_id"] in strong]
     estimate, low, high = cluster_bootstrap(group, resamples=resamples, seed=seed) if group else (None, None, None)
     return {
         "min_score": STRONG_GRADER,
         "tasks": len(strong),
-        "weak_tasks": sum(isinstance(v, (int, float)) and v < STRONG_GRADER for v in known.values()),
-        "unknown_tasks": sum(not isinstance(v, (int, float)) for v in known.values()),
+        "weak_tasks": sum(v is not None and v < STRONG_GRADER for v in known.values()),
+        "unknown_tasks": sum(v is None for v in known.values()),
         "episodes": len(group),
         "pass_at_1": estimate,
         "ci95": [low, high],
@@ -375,7 +390,7 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
     if strong:
         lines += [
             f"Pass@1 on strong-grader tasks (mutation score {strong['min_score']:g}; {strong['tasks']} tasks, "
-            f"{strong['weak_tasks']} weaker, {strong['unknown_tasks']} not audited): "
+            f"{strong['weak_tasks']} weaker, {strong['unknown_tasks']} unknown): "
             + (
                 f"{_pct(strong['pass_at_1'])}% (95% CI {_pct(strong['ci95'][0])}–{_pct(strong['ci95'][1])}) "
                 if strong["pass_at_1"] is not None

@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from harness_gym.agents.base import ContextOverflow, _resolve, as_agent, run_episode
 from harness_gym.agents.factory import make_agent
+from harness_gym.bench.report import known_score
 from harness_gym.env import make_env
 from harness_gym.errors import BenchError
 from harness_gym.llm_client import LLMError
@@ -264,6 +265,8 @@ class BenchRunner:
         self.tasks = all_tasks[:task_count] if task_count else all_tasks
         if not self.tasks:
             raise ValueError(f"the task selection {tasks if isinstance(tasks, str) else '(list)'} holds no task")
+        # every record carries its task's grader strength (None: not measured), for the report
+        self.mutation_scores = {t.id: known_score(t.metadata.get("mutation_score")) for t in self.tasks}
         # workers get the suite by name when they can load it themselves (cheap to send to processes)
         self.task_source: str | list[Task] = tasks if isinstance(tasks, str) and not task_count else self.tasks
         self.runs = runs
@@ -364,6 +367,7 @@ class BenchRunner:
             dynamic_ncols=True,
         ) as bar:
             for record in self._execute(work, todo):
+                record["mutation_score"] = self.mutation_scores.get(record.get("task_id", ""))
                 self.results.append(record)
                 finished += 1
                 if record.get("error"):

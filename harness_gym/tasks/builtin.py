@@ -1,9 +1,16 @@
-"""The built-in suite: hand-written tasks in ``tasks/builtin/<id>/`` (task.yaml, workspace/, grader/)."""
+"""The built-in suite: hand-written tasks in ``tasks/builtin/<id>/`` (task.yaml, workspace/, grader/).
+
+``tasks/builtin/_mutation_audit.json`` is the full mutation audit of the suite
+(``harness-gym tasks audit builtin --mutants 0 --json harness_gym/tasks/builtin/_mutation_audit.json``);
+each task carries the score recorded there as ``metadata.mutation_score`` while it is the task that
+was audited (same audit digest), so a bench record says how strong its task's grader is."""
 
 from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
@@ -11,6 +18,9 @@ import jsonschema
 import yaml
 
 from harness_gym.tasks.base import DEFAULT_GRADE_COMMAND, Task, TaskError, register_loader
+from harness_gym.tasks.mutants import audit_digest
+
+MUTATION_AUDIT = "_mutation_audit.json"  # in tasks/builtin/, beside the task folders
 
 
 def builtin_root() -> Path:
@@ -65,10 +75,37 @@ def load_task_dir(folder: Path, shared: Path | None = None) -> Task:
     )
 
 
+def with_recorded_scores(tasks: Sequence[Task], audit_path: Path) -> list[Task]:
+    """The tasks with the score a full mutation audit (``audit_path``, its ``--json`` file) recorded
+    for them, as ``metadata.mutation_score`` and ``mutants_checked`` (what the generator records).
+    Only a task audited as it is now (same :func:`audit_digest`) gets one; a task changed since, or
+    an audit of a sample of mutants, leaves the score unknown, never strong."""
+    try:
+        data = json.loads(audit_path.read_text(encoding="utf-8"))
+        per_task = dict(data["per_task"]) if data.get("mutants_per_task") is None else {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return list(tasks)
+    scored = []
+    for task in tasks:
+        entry = per_task.get(task.id)
+        entry = entry if isinstance(entry, dict) else {}
+        score = entry.get("score")
+        if (
+            isinstance(score, (int, float))
+            and not isinstance(score, bool)
+            and entry.get("digest") == audit_digest(task)
+        ):
+            extra = {"mutation_score": float(score), "mutants_checked": int(entry.get("valid") or 0)}
+            task = replace(task, metadata={**task.metadata, **extra})
+        scored.append(task)
+    return scored
+
+
 @functools.cache
 def _builtin_tasks() -> tuple[Task, ...]:
     root = builtin_root()
-    return tuple(load_task_dir(d) for d in sorted(root.iterdir()) if d.is_dir() and not d.name.startswith("_"))
+    tasks = [load_task_dir(d) for d in sorted(root.iterdir()) if d.is_dir() and not d.name.startswith("_")]
+    return tuple(with_recorded_scores(tasks, root / MUTATION_AUDIT))
 
 
 def _load_builtin(split: str) -> list[Task]:

@@ -630,3 +630,26 @@ def grader_digest(task: Task) -> str:
             digest.update(str(path.relative_to(root) if Path(root).is_dir() else path.name).encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def audit_digest(task: Task, operators: Mapping[str, Any] | None = None) -> str:
+    """A digest of everything a task's mutation score depends on: its grading, its reference
+    solution and starting files (the mutants are made from them), the paths its instruction names
+    (which outputs are perturbed), the mutants it declares equivalent and the operator tables. A
+    recorded score is the task's only while this digest is unchanged."""
+    digest = hashlib.sha256(grader_digest(task).encode())
+    table = dict(operators) if operators is not None else load_operators()
+    for part in (
+        task.solution,
+        task.instruction,
+        task.mount_path,
+        task.image,
+        task.world,
+        dict(task.metadata.get("equivalent_mutants") or {}),
+        table,
+    ):
+        digest.update(b"\0" + json.dumps(part, sort_keys=True, default=str).encode())
+    if task.workspace_dir is not None:
+        for path in sorted(p for p in Path(task.workspace_dir).rglob("*") if p.is_file()):
+            digest.update(b"\0" + str(path.relative_to(task.workspace_dir)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]

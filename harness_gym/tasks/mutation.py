@@ -36,6 +36,7 @@ from harness_gym.tasks.audit import UNSAFE_BACKENDS
 from harness_gym.tasks.base import Task, TaskError
 from harness_gym.tasks.mutants import (
     Mutant,
+    audit_digest,
     grader_digest,
     instruction_paths,
     load_operators,
@@ -223,6 +224,7 @@ class TaskMutation:
     identical: int = 0
     duplicates: int = 0
     error: str | None = None  # the reference could not be built or did not score 1
+    digest: str | None = None  # what the score is of (mutants.audit_digest): a recorded score is checked by it
 
     @property
     def valid(self) -> int:
@@ -277,6 +279,7 @@ class MutationReport:
             "per_task": {
                 t.task_id: {
                     "score": t.score,
+                    "digest": t.digest,
                     "valid": t.valid,
                     "killed": t.killed,
                     "survived": len(t.survivors),
@@ -378,7 +381,7 @@ def mutation_audit(
         results_file.repair()
         if Path(results_path).exists():
             done = {r["key"]: r for r in load_records(results_path) if r.get("key") and r.get("audit_error") is None}
-    entries = {t.id: TaskMutation(t.id) for t in tasks}
+    entries = {t.id: TaskMutation(t.id, digest=audit_digest(t, table)) for t in tasks}
     report = MutationReport([entries[t.id] for t in tasks], mutants, seed)
     with (
         tempfile.TemporaryDirectory(prefix="harness-gym-mutation-") as scratch,
@@ -388,7 +391,8 @@ def mutation_audit(
         def prepare(task: Task) -> list[tuple[Task, Path, Mutant, str, float]]:
             entry = entries[task.id]
             if not task.solution:
-                entry.error = "no reference solution"
+                why = task.metadata.get("reference_error")
+                entry.error = "no reference solution" + (f" ({why})" if why else "")
                 return []
             try:
                 reference = build_reference(task, Path(scratch) / task.id, backend, sandbox_options)

@@ -7,8 +7,11 @@ The image is ``sweb.eval.{arch}.{instance_id.lower()}:latest`` (a ``__`` in the 
 PASS_TO_PASS test passes after the test patch is applied.
 
 R2E-Gym (rows): ``repo_name, docker_image, commit_hash, problem_statement, expected_output_json,
-...``; the hidden tests in /r2e_tests are deleted from the agent's container and run with
-``pytest -rA`` when grading; reward 1 only if every status matches ``expected_output_json``.
+parsed_commit_content, ...``; the hidden tests in /r2e_tests are deleted from the agent's container
+and run with ``pytest -rA`` when grading; reward 1 only if every status matches
+``expected_output_json``. The gold patch, rebuilt from ``parsed_commit_content``
+(``tasks/parsed_commit.py``), is the reference solution, as a SWE-bench row's ``patch`` is; a row
+whose commit cannot be read still loads, without a reference (``metadata.reference_error`` says why).
 
 The agent sees the problem statement only: never the gold patch, the test patch, the test code
 (R2E's ``prompt`` and ``execution_result_content``) or the hints unless asked for (``#hints``).
@@ -28,6 +31,7 @@ from typing import Any
 
 from harness_gym.paths import cache_dir
 from harness_gym.tasks.base import Suite, Task, TaskError, register_loader
+from harness_gym.tasks.parsed_commit import ParsedCommitError, gold_patch
 
 RUNNER = Path(__file__).resolve().parent / "graders" / "swebench_runner.py"
 SWEBENCH_FIELDS = ("instance_id", "problem_statement", "test_patch", "FAIL_TO_PASS", "PASS_TO_PASS")
@@ -142,6 +146,20 @@ def r2e_task(row: dict[str, Any], options: dict[str, str]) -> Task:
     if not isinstance(expected, dict) or not expected:
         raise TaskError(f"task {task_id}: expected_output_json must map test names to statuses")
     spec = {"kind": "r2e", "expected": expected, "test_paths": ["/r2e_tests"]}
+    reference: dict[str, Any] = {}
+    patch = ""
+    if not row.get("parsed_commit_content"):
+        reference["reference_error"] = "the row has no parsed_commit_content"
+    else:
+        try:
+            gold = gold_patch(row["parsed_commit_content"])
+        except ParsedCommitError as exc:  # the task still runs; only the audit lacks its reference
+            reference["reference_error"] = f"parsed_commit_content: {exc}"
+        else:
+            patch = gold.patch
+            reference["gold_patch_skipped"] = gold.skipped
+            if not patch:
+                reference["reference_error"] = "the gold commit changes no non-test Python file"
     return Task(
         id=task_id,
         instruction=str(row["problem_statement"]).strip(),
@@ -153,11 +171,13 @@ def r2e_task(row: dict[str, Any], options: dict[str, str]) -> Task:
         grade_command=GRADE_COMMAND,
         grader_env=RUNNER_ENV,
         grader_timeout_s=1800,
+        solution=gold_patch_solution(patch),
         metadata={
             "family": "r2e-gym",
             "repo": row["repo_name"],
             "commit": row["commit_hash"],
             "restore_runner_config": True,
+            **reference,
         },
     )
 
