@@ -171,6 +171,7 @@ class ShellSandbox(SandboxBackend):
         self.forged_records = 0  # status records refused (wrong sender or nonce), for tests and audits
         self._fence_secret = ""  # stderr mode: a warden's fence secret (see tools/scripts/relay.py)
         self._random = b""  # os.urandom drawn a kilobyte at a time: a fresh nonce without a syscall each
+        self._random_used = 0
 
     # ------------------------------------------------------------------ to implement
 
@@ -412,10 +413,11 @@ class ShellSandbox(SandboxBackend):
 
     def _nonce(self) -> str:
         """64 fresh random bits, hex (from a pool drawn from os.urandom, never reused)."""
-        if len(self._random) < 8:
-            self._random = os.urandom(1024)
-        nonce, self._random = self._random[:8], self._random[8:]
-        return nonce.hex()
+        at = self._random_used
+        if at + 8 > len(self._random):
+            self._random, at = os.urandom(1024), 0
+        self._random_used = at + 8
+        return self._random[at : at + 8].hex()
 
     def _send_command(self, command: str) -> str:
         nonce = self._nonce()
@@ -510,8 +512,9 @@ class ShellSandbox(SandboxBackend):
             # stderr mode: stdout and stderr reach the host by separate copies, so the status can
             # overtake the last output: read on until the command's fence, written after its output
             fenced = self.status_channel == "socket" or startup
-            fence = _fence(self._fence_secret + nonce).encode()
-            if not fenced and not self._read_to_fence(out_fd, output, fence, deadline):
+            if not fenced and not self._read_to_fence(
+                out_fd, output, _fence(self._fence_secret + nonce).encode(), deadline
+            ):
                 return self._partial(output, started), "timeout"
             text, elided = output.text()
             return CommandResult(
