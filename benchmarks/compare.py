@@ -2,8 +2,8 @@
 
     python benchmarks/compare.py [--quick] [--docker] [--out benchmarks/results/compare.json]
 
-Measured (medians and p90 in ms; every round calls each contender once, in turn, so a machine that
-other jobs load slows all of them alike and the ratios stay meaningful):
+Measured (medians and p90 in ms; every round calls each contender once, in an order shuffled each
+round, so a machine that other jobs load slows all of them alike and the ratios stay meaningful):
 
 - ``true`` round trips: the floor (a persistent bash inside bubblewrap reading a pipe), harness-gym's
   sandbox ``run("true")``, ``env.step`` with a bash call under S0T0O0C0W0 and S2T2O2C2W2, a bare host
@@ -11,7 +11,8 @@ other jobs load slows all of them alike and the ratios stay meaningful):
   local runtime (``pip install 'harness-gym[compare]'``; skipped with a notice when absent), Docker
   exec (``--docker``: a private dockerd) — idle, then again with a background disk writer;
 - a file-editor view against ``cat -n`` through bash; C2 steps against C0 steps; the engine's own
-  time per step (``env.last_step_timing``);
+  time per step (``env.last_step_timing``), S0T0O0C0W0 and S2T2O2C2W2 interleaved with each other
+  only (the target's figure) and as measured among the round-trip peers;
 - reset (workspace + shell) against workspace size, copy-on-write and copied: 1 MB, 100 MB, 300 MB
   (not in ``--quick``) and 10k small files;
 - episodes per second of the reference agent at 1, 2 and 8 worker processes;
@@ -30,6 +31,7 @@ import json
 import multiprocessing
 import os
 import platform
+import random
 import shutil
 import statistics
 import subprocess
@@ -71,12 +73,20 @@ def stats(samples: list[float]) -> dict[str, float]:
 
 
 def interleave(contenders: dict[str, Call], rounds: int) -> dict[str, dict[str, float]]:
-    """Each round calls every contender once, in turn; returns per-contender statistics."""
+    """Each round calls every contender once, in an order shuffled afresh (seeded) each round, so
+    each runs about equally often right after each other one. A contender that leaves work behind
+    (one bwrap per command: the kernel tears its namespaces down after it returns; Docker) slows
+    whichever runs next: in a fixed order that was always the same one (env.step S0T0O0C0W0 showed
+    twice S2T2O2C2W2's engine overhead only because it came first after those; a rotated order
+    keeps the same successor). Returns per-contender statistics."""
     samples: dict[str, list[float]] = {name: [] for name in contenders}
+    order = list(contenders.items())
+    shuffler = random.Random(0)
     for call in contenders.values():  # warm-up
         call()
     for _ in range(rounds):
-        for name, call in contenders.items():
+        shuffler.shuffle(order)
+        for name, call in order:
             started = time.perf_counter()
             call()
             samples[name].append(time.perf_counter() - started)
@@ -261,6 +271,21 @@ def round_trips(rounds: int, task: Task, docker: bool) -> tuple[dict[str, dict[s
         if engine is not None:
             engine.close()
     return {"idle": idle, "busy_disk": busy}, engine_share, notices  # type: ignore[return-value]
+
+
+def engine_overhead(rounds: int, task: Task) -> dict[str, dict[str, float]]:
+    """The engine's own time per step (``env.last_step_timing["overhead_s"]``), S0T0O0C0W0 and
+    S2T2O2C2W2 interleaved with each other only: among the round-trip peers, the kernel's teardown
+    of one bwrap per command (and Docker's, SWE-ReX's work) runs on the second core during whichever
+    step comes next and doubles this tens-of-microseconds figure; that is the peers' cost, kept as
+    ``engine_overhead_among_peers``."""
+    steppers = {config: Stepper(config, task) for config in ("S0T0O0C0W0", "S2T2O2C2W2")}
+    try:
+        interleave(dict(steppers), rounds)
+        return {config: stats(stepper.overheads[1:]) for config, stepper in steppers.items()}  # less the warm-up
+    finally:
+        for stepper in steppers.values():
+            stepper.env.close()
 
 
 @contextlib.contextmanager
@@ -512,12 +537,13 @@ def check_targets(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 "target": "<= 15 ms",
                 "met": row["p50_ms"] <= TARGETS["reset_p50_ms"],
             }
-    for config, row in result["engine_overhead"].items():
-        checks[f"engine overhead per step {config} p50 ms"] = {
-            "value": row["p50_ms"],
-            "target": "<= 0.1 ms",
-            "met": row["p50_ms"] <= TARGETS["engine_overhead_p50_ms"],
-        }
+    for key, where in (("engine_overhead", ""), ("engine_overhead_among_peers", ", among the round-trip peers")):
+        for config, row in result[key].items():
+            checks[f"engine overhead per step {config}{where} p50 ms"] = {
+                "value": row["p50_ms"],
+                "target": "<= 0.1 ms",
+                "met": row["p50_ms"] <= TARGETS["engine_overhead_p50_ms"],
+            }
     for row in result["idle_memory"]:
         if row["environments"] == 64:
             checks["64 idle envs on a 100 MB task, MB"] = {
@@ -567,6 +593,8 @@ def print_table(result: dict[str, Any]) -> None:
         print(f"{name:<46}{row['p50_ms']:>10.3f}{row['p90_ms']:>9.3f}")
     for config, row in result["engine_overhead"].items():
         print(f"{'engine overhead per step ' + config:<46}{row['p50_ms']:>10.3f}{row['p90_ms']:>9.3f}")
+    for config, row in result["engine_overhead_among_peers"].items():
+        print(f"{'  the same among the round-trip peers ' + config:<46}{row['p50_ms']:>10.3f}{row['p90_ms']:>9.3f}")
     print("\nepisodes/s (reference agent, builtin:eval, S0T0O0C0W0):")
     for row in result["throughput"]:
         print(
@@ -600,6 +628,12 @@ def markdown(result: dict[str, Any]) -> str:
     lines += ["", "| operation | p50 ms | p90 ms |", "|---|---:|---:|"]
     rows = {**result["tools_and_context"], **result["reset"]}
     rows.update({f"engine overhead per step, {k}": v for k, v in result["engine_overhead"].items()})
+    rows.update(
+        {
+            f"engine overhead per step, {k}, among the round-trip peers": v
+            for k, v in result["engine_overhead_among_peers"].items()
+        }
+    )
     for name, row in rows.items():
         lines.append(f"| {name} | {row['p50_ms']:.3f} | {row['p90_ms']:.3f} |")
     lines += [
@@ -649,7 +683,11 @@ def main() -> None:
         root = Path(scratch)
         small = make_task(make_workspace(root / "small", 64 << 10, 8))
         print("round trips ...", flush=True)
-        result["round_trip"], result["engine_overhead"], result["notices"] = round_trips(rounds, small, args.docker)
+        result["round_trip"], result["engine_overhead_among_peers"], result["notices"] = round_trips(
+            rounds, small, args.docker
+        )
+        print("engine overhead ...", flush=True)
+        result["engine_overhead"] = engine_overhead(rounds * 4, small)
         for notice in result["notices"]:
             print("notice:", notice)
         print("tools and context ...", flush=True)

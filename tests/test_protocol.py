@@ -106,6 +106,24 @@ def test_nonces_are_nowhere_the_agent_can_read(box):
     assert not any(n in dump.output for n in seen)
 
 
+def test_nonces_stay_fresh_past_the_random_pool(box):
+    """Nonces come from os.urandom drawn a kilobyte (128 nonces) at a time: never one twice."""
+    for _ in range(300):
+        box.run("true")
+    assert len(set(box.nonces)) == len(box.nonces) == 300
+    assert all(re.fullmatch("[0-9a-f]{16}", n) for n in box.nonces)
+
+
+def test_programs_a_command_starts_hold_no_protocol_socket(box):
+    """The status socket is closed around every command (only copies of the output pipe stay open),
+    whatever options the command left set for the record's own `echo`."""
+    assert box.run("shopt -s xpg_echo; set -o posix; (exit 5)").exit_code == 5
+    held = box.run("ls -l /proc/self/fd/; ( ls -l /proc/self/fd/ ) & wait")
+    assert held.exit_code == 0 and "pipe:" in held.output, held
+    assert "socket:" not in held.output, held.output
+    assert box.run("echo still; (exit 6)").output == "still\n"
+
+
 def test_killing_or_stopping_the_server_gives_an_observation(box):
     assert box.run_tool("library.py", {"op": "read_file", "args": {"path": "a.txt"}, "root": ROOT}).exit_code == 0
     box.run("pkill -9 -f server.py; sleep 0.2")

@@ -91,7 +91,11 @@ class ToolFormat:
 
     def detect(self, text: str) -> bool:
         """Whether ``text`` holds an attempt at a call in this format (used by ``auto``)."""
-        return any(marker in text for marker in self.markers)
+        # a loop, not any() over a generator (half again as slow): auto detection tries 17 formats per step
+        for marker in self.markers:  # noqa: SIM110
+            if marker in text:
+                return True
+        return False
 
     def extract(self, text: str) -> Extraction:
         raise NotImplementedError
