@@ -25,8 +25,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness_gym.records import HarnessChoice, classify_config
 from harness_gym.design import TRAINING_SET, heldout_set
+from harness_gym.records import HarnessChoice, classify_config
 from harness_gym.replication.data import ARMS, build_arm_pools, easy_suite, equalise, evaluation_tasks
 from harness_gym.replication.evaluate import model_summary, run_bench
 from harness_gym.replication.report import model_entry, pct, write_outputs
