@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import multiprocessing
 import os
@@ -38,12 +39,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from harness_gym import HarnessEnv
 from harness_gym.sandboxes import BubblewrapSandbox, isolation, layers
+from harness_gym.sandboxes.shell import ShellSandbox
 from harness_gym.tasks.base import Task
 
 Call = Callable[[], Any]
@@ -152,7 +154,7 @@ def optional_peers() -> tuple[dict[str, Call], list[Callable[[], None]], list[st
     try:
         from minisweagent.environments.local import LocalEnvironment
 
-        local = LocalEnvironment()
+        local: Any = LocalEnvironment()  # 1.x and 2.x differ in execute's argument; mini() tries both
 
         def mini() -> Any:
             try:
@@ -186,7 +188,12 @@ def optional_peers() -> tuple[dict[str, Call], list[Callable[[], None]], list[st
 
         swerex()
         calls["SWE-ReX local runtime"] = swerex
-        closers.append(lambda: (loop.run_until_complete(runtime.close()), loop.close()))
+
+        def close_swerex() -> None:
+            loop.run_until_complete(runtime.close())
+            loop.close()
+
+        closers.append(close_swerex)
     except Exception as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         notices.append(f"SWE-ReX skipped ({type(exc).__name__}: {first}); pip install 'harness-gym[compare]'")
@@ -219,7 +226,9 @@ def make_workspace(folder: Path, total_bytes: int, files: int) -> Path:
 # ----------------------------------------------------------------------------- parts
 
 
-def round_trips(rounds: int, task: Task, docker: bool) -> tuple[dict[str, dict[str, float]], dict[str, Any], list[str]]:
+def round_trips(
+    rounds: int, task: Task, docker: bool
+) -> tuple[dict[str, dict[str, dict[str, float]]], dict[str, dict[str, float]], list[str]]:
     floor, floor_session = FloorShell(), FloorShell(own_session=True)
     box = BubblewrapSandbox()
     box.start(box.new_workspace(), "/workspace")
@@ -270,7 +279,7 @@ def round_trips(rounds: int, task: Task, docker: bool) -> tuple[dict[str, dict[s
                 close()
         if engine is not None:
             engine.close()
-    return {"idle": idle, "busy_disk": busy}, engine_share, notices  # type: ignore[return-value]
+    return {"idle": idle, "busy_disk": busy}, engine_share, notices
 
 
 def engine_overhead(rounds: int, task: Task) -> dict[str, dict[str, float]]:
@@ -289,7 +298,7 @@ def engine_overhead(rounds: int, task: Task) -> dict[str, dict[str, float]]:
 
 
 @contextlib.contextmanager
-def disk_writer():  # type: ignore[no-untyped-def]
+def disk_writer() -> Iterator[None]:
     """A background process writing and syncing to disk, as a noisy neighbour does."""
     folder = tempfile.mkdtemp(prefix="harness-gym-disk-", dir="/var/tmp")
     code = (
@@ -310,7 +319,7 @@ def disk_writer():  # type: ignore[no-untyped-def]
 def tools_and_context(rounds: int, task: Task) -> dict[str, dict[str, float]]:
     box = BubblewrapSandbox()
     workspace = box.new_workspace()
-    shutil.copytree(task.workspace_dir, workspace, dirs_exist_ok=True)  # type: ignore[arg-type]
+    task.materialize(workspace)
     box.start(workspace, "/workspace")
     view = {"command": "view", "path": "a.txt", "root": "/workspace"}
     c0, c2 = Stepper("S0T0O0C0W0", task), Stepper("S0T0O0C2W0", task)
@@ -342,7 +351,10 @@ def resets(rounds: int, sizes: dict[str, tuple[int, int]], root: Path) -> dict[s
     held: dict[str, Path | None] = {}
 
     def fill_from(source: Path) -> Callable[[Path], None]:
-        return lambda destination: shutil.copytree(source, destination, dirs_exist_ok=True, symlinks=True)
+        def fill(destination: Path) -> None:
+            shutil.copytree(source, destination, dirs_exist_ok=True, symlinks=True)
+
+        return fill
 
     for label, source in sources.items():
         fill = fill_from(source)
@@ -350,20 +362,23 @@ def resets(rounds: int, sizes: dict[str, tuple[int, int]], root: Path) -> dict[s
             layer = layers.shared_layer([source], fill)
 
             def layered(key: str = f"cow {label}", layer: Path = layer) -> None:
-                if held.get(key) is not None:
-                    layers.release(held[key])  # type: ignore[arg-type]
-                held[key] = layers.prepare(2048)
-                layers.mount(held[key], layer, uid)  # type: ignore[arg-type]
+                previous = held.get(key)
+                if previous is not None:
+                    layers.release(previous)
+                workspace = held[key] = layers.prepare(2048)
+                layers.mount(workspace, layer, uid)
 
             contenders[f"workspace reset, copy-on-write, {label}"] = layered
 
         def copied(key: str = f"copy {label}", fill: Callable[[Path], None] = fill) -> None:
-            if held.get(key) is not None:
-                isolation.release_workspace(held[key])  # type: ignore[arg-type]
-            held[key], _ = isolation.new_workspace(2048)
-            fill(held[key])  # type: ignore[arg-type]
+            previous = held.get(key)
+            if previous is not None:
+                isolation.release_workspace(previous)
+            workspace, _ = isolation.new_workspace(2048)
+            held[key] = workspace
+            fill(workspace)
             if uid is not None:
-                isolation.chown_tree(held[key], uid, uid)  # type: ignore[arg-type]
+                isolation.chown_tree(workspace, uid, uid)
 
         contenders[f"workspace reset, copied, {label}"] = copied
     for label in (next(iter(sources)), list(sources)[-1]):
@@ -385,7 +400,7 @@ def resets(rounds: int, sizes: dict[str, tuple[int, int]], root: Path) -> dict[s
         # two resets standing in for an episode (the warm spare is made meanwhile)
         env = HarnessEnv("S0T0O0C0W0", tasks=[make_task(sources[label], f"reset-{label}")], max_steps=10_000)
         envs.append(env)
-        contenders[f"env.reset (warm spare), {label}"] = lambda env=env: env.reset(seed=0)
+        contenders[f"env.reset (warm spare), {label}"] = functools.partial(env.reset, seed=0)
     try:
         return interleave(contenders, rounds)
     finally:
@@ -452,6 +467,26 @@ def tree_pss_kb(pid: int) -> int:
     return total
 
 
+def sandbox_pss_mb(env: HarnessEnv) -> float:
+    """PSS of an environment's sandbox processes; its warm spare (the next episode's sandbox) counts
+    as the environment's."""
+    total_kb = 0
+    for box in (env.sandbox, env._spare.holds()):
+        if box is None:
+            continue
+        if not isinstance(box, ShellSandbox) or box._proc is None:
+            raise RuntimeError(f"{type(box).__name__} has no running shell process to measure")
+        total_kb += tree_pss_kb(box._proc.pid)
+    return total_kb / 1024
+
+
+def started_workspace(env: HarnessEnv) -> Path:
+    """The workspace of an environment that has been reset."""
+    if env.workspace is None:
+        raise RuntimeError("the environment has no workspace; reset it first")
+    return env.workspace
+
+
 def idle_memory(counts: list[int], task: Task) -> list[dict[str, float]]:
     """Per idle environment after reset (and one tool call, so the tool server runs): sandbox
     processes' PSS plus what its workspace holds in RAM (its tmpfs)."""
@@ -462,23 +497,22 @@ def idle_memory(counts: list[int], task: Task) -> list[dict[str, float]]:
             for index in range(count):
                 env = HarnessEnv("S0T1O0C0W0", tasks=[task], max_steps=10_000)
                 env.reset(seed=index)
+                if env.sandbox is None:
+                    raise RuntimeError("reset started no sandbox")
                 env.sandbox.run_tool("library.py", {"op": "read_file", "args": {"path": "a.txt"}, "root": "/workspace"})
                 envs.append(env)
             time.sleep(0.3)
-            # the warm spare (the next episode's sandbox) counts as the environment's
-            processes = [
-                sum(tree_pss_kb(box._proc.pid) for box in (env.sandbox, env._spare.holds()) if box is not None) / 1024
-                for env in envs
-            ]
+            processes = [sandbox_pss_mb(env) for env in envs]
             workspaces = []
             for env in envs:
-                folder = env.workspace.parent if layers.is_layered(env.workspace) else env.workspace
+                workspace = started_workspace(env)
+                folder = workspace.parent if layers.is_layered(workspace) else workspace
                 info = os.statvfs(folder)
                 workspaces.append((info.f_blocks - info.f_bfree) * info.f_frsize / (1 << 20))
             rows.append(
                 {
                     "environments": count,
-                    "layered": layers.is_layered(envs[0].workspace),
+                    "layered": layers.is_layered(started_workspace(envs[0])),
                     "process_pss_mb_each": statistics.fmean(processes),
                     "workspace_ram_mb_each": statistics.fmean(workspaces),
                     "total_mb": sum(processes) + sum(workspaces),
@@ -697,10 +731,10 @@ def main() -> None:
         print("throughput ...", flush=True)
         result["throughput"] = throughput([1, 2, 8], 3 if args.quick else 10)
         print("idle memory ...", flush=True)
-        big = make_task(make_workspace(root / "hundred", 100 << 20, 4), "hundred-mb")
-        result["idle_memory"] = idle_memory([1, 16, 64], big)
+        hundred = make_workspace(root / "hundred", 100 << 20, 4)
+        result["idle_memory"] = idle_memory([1, 16, 64], make_task(hundred, "hundred-mb"))
         with contextlib.suppress(OSError):
-            shutil.rmtree(Path(tempfile.gettempdir()) / f"{layers.LAYER_PREFIX}{layers.signature([big.workspace_dir])}")
+            shutil.rmtree(Path(tempfile.gettempdir()) / f"{layers.LAYER_PREFIX}{layers.signature([hundred])}")
     result["targets"] = check_targets(result)
     result["targets_not_measured_here"] = ["OpenRLHF executor <= 2 ms per turn: benchmarks/executor_overhead.py"]
     print_table(result)

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import gymnasium as gym
 from openenv.core import GenericEnvClient
@@ -43,6 +43,14 @@ def actions() -> list[str]:
 
 
 KINDS = ("shell command", "file view", "no tool call")
+
+
+class KindFigures(TypedDict):
+    """One action kind's step times, in process and over the wire."""
+
+    in_process: dict[str, float]
+    over_the_wire: dict[str, float]
+    overhead_median_ms: float
 
 
 def in_process_round(env: gym.Env[Any, Any], steps: int, seed: int) -> list[float]:
@@ -134,7 +142,7 @@ def main() -> None:
         server.wait(timeout=60)
 
     local_summary, wire_summary = summary(local), summary(wire)
-    per_kind = {
+    per_kind: dict[str, KindFigures] = {
         kind: {
             "in_process": summary(local[i::3]),
             "over_the_wire": summary(wire[i::3]),

@@ -20,14 +20,16 @@ import platform
 import statistics
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from transformers import AutoTokenizer
 
 from harness_gym.agents import ReferenceAgent, run_episode
 from harness_gym.agents.huggingface import default_model
 from harness_gym.env import HarnessEnv
-from harness_gym.tasks import load_tasks
+from harness_gym.tasks import Task, load_tasks
 from trainers.engines import SamplingParams, ScriptedEngine
 from trainers.requests import ExecutorSettings, RolloutRequest
 from trainers.rollout import HarnessAgentExecutor
@@ -35,7 +37,7 @@ from trainers.rollout import HarnessAgentExecutor
 CONFIGS = ("S0T0O0C0W0", "S1T2O0C1W2", "S2T1O2C2W1")
 
 
-def replies_for(task, config: str) -> list[str]:
+def replies_for(task: Task, config: str) -> list[str]:
     env = HarnessEnv(config, tasks=[task])
     try:
         result = run_episode(env, ReferenceAgent(), seed=3, task_id=task.id)
@@ -61,8 +63,8 @@ class StepClock:
         for name, original in self.originals.items():
             setattr(HarnessEnv, name, original)
 
-    def _timed(self, original):
-        def timed(env, *args, **kwargs):
+    def _timed(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(env: HarnessEnv, *args: Any, **kwargs: Any) -> Any:
             started = time.perf_counter()
             try:
                 return original(env, *args, **kwargs)
@@ -73,13 +75,19 @@ class StepClock:
         return timed
 
 
-def run_batch(executor, jobs, tokenizer, stop_id: int, concurrency: int) -> tuple[float, float, int, list[float]]:
+def run_batch(
+    executor: HarnessAgentExecutor,
+    jobs: Sequence[tuple[str, list[str]]],
+    tokenizer: Any,
+    stop_id: int,
+    concurrency: int,
+) -> tuple[float, float, int, list[float]]:
     """(wall seconds, environment seconds, turns, rewards) for ``jobs`` run ``concurrency`` at a time."""
 
-    async def main() -> list[dict]:
+    async def main() -> list[dict[str, Any]]:
         semaphore = asyncio.Semaphore(concurrency)
 
-        async def one(label: str, replies: list[str]) -> dict:
+        async def one(label: str, replies: list[str]) -> dict[str, Any]:
             async with semaphore:
                 engine = ScriptedEngine(tokenizer, list(replies), stop_id)
                 return await executor.execute("", label, SamplingParams(), 32768, tokenizer, engine)
@@ -123,18 +131,18 @@ def main() -> None:
             "episodes_per_s": len(jobs) / wall, "turns_per_s": n_turns / wall,
             "failures": sum(r != 1.0 for r in rewards),
         })  # fmt: skip
+    overhead = {
+        "median": statistics.median(per_turn),
+        "p90": sorted(per_turn)[int(0.9 * (len(per_turn) - 1))],
+        "max": max(per_turn),
+    }
     result = {
         "benchmark": "executor_overhead",
         "cores": os.cpu_count(),
         "platform": platform.platform(),
-        "overhead_ms_per_turn": {
-            "median": statistics.median(per_turn),
-            "p90": sorted(per_turn)[int(0.9 * (len(per_turn) - 1))],
-            "max": max(per_turn),
-        },
+        "overhead_ms_per_turn": overhead,
         "throughput": rows,
     }
-    overhead = result["overhead_ms_per_turn"]
     print(
         f"executor overhead per turn: median {overhead['median']:.2f} ms, p90 {overhead['p90']:.2f} ms, "
         f"max {overhead['max']:.2f} ms"

@@ -24,18 +24,20 @@ import platform
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from harness_gym import HarnessEnv, Task
-from harness_gym.sandboxes import BubblewrapSandbox, DockerSandbox, SandboxError, isolation
+from harness_gym.sandboxes import BubblewrapSandbox, CommandResult, DockerSandbox, SandboxError, isolation
 from harness_gym.sandboxes.docker_support import local_docker
 
 TARGETS = {"true_round_trip_ms": 5.0, "reset_ms": 50.0, "idle_memory_mb": 10.0}
 PYTHON = "/usr/bin/python3"
 
 
-def timed(function, rounds: int) -> list[float]:
+def timed(function: Callable[[], object], rounds: int) -> list[float]:
     samples = []
     for _ in range(rounds):
         started = time.perf_counter()
@@ -53,7 +55,7 @@ def summary(samples: list[float]) -> dict[str, float]:
     }
 
 
-def checked(result, expected_output: str = "") -> None:
+def checked(result: CommandResult, expected_output: str = "") -> None:
     if result.exit_code != 0 or result.output != expected_output:
         raise RuntimeError(f"unexpected result: {result}")
 
@@ -133,6 +135,13 @@ def tree_memory_kb(pid: int, field: str) -> int:
     return total
 
 
+def shell_pid_on_host(box: BubblewrapSandbox) -> int:
+    """The host pid at the root of a started sandbox's processes (its bwrap), whose memory we sum."""
+    if box._proc is None:
+        raise RuntimeError("the sandbox has no running shell to measure")
+    return box._proc.pid
+
+
 def idle_memory(count: int) -> dict[str, float]:
     boxes = []
     try:
@@ -141,8 +150,8 @@ def idle_memory(count: int) -> dict[str, float]:
             box.start(box.new_workspace(), "/workspace")
             boxes.append(box)
         time.sleep(0.5)
-        pss = [tree_memory_kb(box._proc.pid, "Pss:") / 1024 for box in boxes]
-        rss = [tree_memory_kb(box._proc.pid, "Rss:") / 1024 for box in boxes]
+        pss = [tree_memory_kb(shell_pid_on_host(box), "Pss:") / 1024 for box in boxes]
+        rss = [tree_memory_kb(shell_pid_on_host(box), "Rss:") / 1024 for box in boxes]
     finally:
         for box in boxes:
             box.close()
@@ -180,7 +189,7 @@ def concurrent(count: int, commands: int) -> dict[str, float]:
     }
 
 
-def _guard(function, index: int) -> int:
+def _guard(function: Callable[[int], int], index: int) -> int:
     try:
         return function(index)
     except Exception as exc:  # a crash counts as one failure per command it prevented
@@ -196,10 +205,10 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/sandbox_speed.json"))
     args = parser.parse_args()
 
-    docker_context = contextlib.nullcontext(None)
+    docker_context: contextlib.AbstractContextManager[tuple[str, str] | None] = contextlib.nullcontext(None)
     if not args.no_docker:
         docker_context = local_docker("harness-gym-bench:latest")
-    result: dict = {
+    result: dict[str, Any] = {
         "benchmark": "sandbox_speed",
         "targets": TARGETS,
         "machine": {"platform": platform.platform(), "cores": os.cpu_count()},

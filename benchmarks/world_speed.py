@@ -13,11 +13,13 @@ world within 10% of the host's (ratio <= 1.10).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from harness_gym import HarnessEnv
@@ -41,14 +43,14 @@ def summary(samples: list[float]) -> dict[str, float]:
     }
 
 
-def interleaved(functions: dict[str, object], rounds: int) -> dict[str, list[float]]:
+def interleaved(functions: dict[str, Callable[[], object]], rounds: int) -> dict[str, list[float]]:
     """Run each function once per round, alternating the order every round."""
     samples: dict[str, list[float]] = {name: [] for name in functions}
     names = list(functions)
     for number in range(rounds):
         for name in names if number % 2 == 0 else reversed(names):
             started = time.perf_counter()
-            functions[name]()  # type: ignore[operator]
+            functions[name]()
             samples[name].append((time.perf_counter() - started) * 1000)
     return samples
 
@@ -64,10 +66,11 @@ def main() -> None:
     world = load_world(args.world)
     root = world.root()  # raises with the build command when the world is missing
     sandboxes = {"host": BubblewrapSandbox(), "world": BubblewrapSandbox(system_root=root)}
-    for sandbox in sandboxes.values():
-        sandbox.start(sandbox.new_workspace(), "/workspace")
+    workspaces = {name: sandbox.new_workspace() for name, sandbox in sandboxes.items()}
+    for name, sandbox in sandboxes.items():
+        sandbox.start(workspaces[name], "/workspace")
 
-    def command(name: str, text: str):  # type: ignore[no-untyped-def]
+    def command(name: str, text: str) -> Callable[[], None]:
         def run() -> None:
             result = sandboxes[name].run(text)
             if result.exit_code != 0:
@@ -75,10 +78,9 @@ def main() -> None:
 
         return run
 
-    def restart(name: str):  # type: ignore[no-untyped-def]
+    def restart(name: str) -> Callable[[], None]:
         def run() -> None:
-            sandbox = sandboxes[name]
-            sandbox.start(sandbox.workspace, "/workspace")  # a new shell, as every reset starts one
+            sandboxes[name].start(workspaces[name], "/workspace")  # a new shell, as every reset starts one
 
         return run
 
@@ -98,23 +100,25 @@ def main() -> None:
 
     tasks = load_tasks("builtin")[:1]
     envs = {"host": HarnessEnv(tasks=tasks, world="host"), "world": HarnessEnv(tasks=tasks, world=world.name)}
-    resets = interleaved({name: (lambda env=env: env.reset(seed=0)) for name, env in envs.items()}, args.resets)
+    resets = interleaved({name: functools.partial(env.reset, seed=0) for name, env in envs.items()}, args.resets)
     figures["env.reset"] = {name: summary(values) for name, values in resets.items()}
     for env in envs.values():
         env.close()
 
-    rows = []
+    rows: list[dict[str, object]] = []
+    ratios_p50: list[float] = []
     print(f"world {world.name!r} ({world.digest}) against the host's folders; medians / p90 in ms")
     print(f"{'measure':<18} {'host':>16} {'world':>16} {'ratio p50':>10} {'ratio p90':>10}")
     for label, pair in figures.items():
         host, on_world = pair["host"], pair["world"]
         ratio50, ratio90 = on_world["median_ms"] / host["median_ms"], on_world["p90_ms"] / host["p90_ms"]
+        ratios_p50.append(ratio50)
         rows.append({"measure": label, "host": host, "world": on_world, "ratio_p50": ratio50, "ratio_p90": ratio90})
         print(
             f"{label:<18} {host['median_ms']:7.2f} / {host['p90_ms']:6.2f} {on_world['median_ms']:7.2f} / "
             f"{on_world['p90_ms']:6.2f} {ratio50:10.2f} {ratio90:10.2f}"
         )
-    met = all(row["ratio_p50"] <= TARGET_RATIO for row in rows)
+    met = all(ratio <= TARGET_RATIO for ratio in ratios_p50)
     print(f"target: world within {TARGET_RATIO:.2f}x of the host at the median: {'met' if met else 'NOT met'}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(

@@ -36,12 +36,26 @@ def test_unsandboxed_needs_a_loud_opt_in(monkeypatch):
         HarnessEnv(sandbox="unsafe-host").reset(seed=0)
 
 
-def test_unsandboxed_runs_tasks_and_warns(monkeypatch):
+def one_task_per_family(tasks):
+    return list({task.metadata["family"]: task for task in reversed(tasks)}.values())
+
+
+@pytest.mark.parametrize(
+    "choose",
+    # the repair tasks' reference runs `python3 -m unittest` on the host's own Python, seconds each
+    [
+        pytest.param(one_task_per_family, id="one-per-family"),
+        pytest.param(list, marks=pytest.mark.slow, id="every-eval-task"),
+    ],
+)
+def test_unsandboxed_runs_tasks_and_warns(monkeypatch, choose):
     monkeypatch.setenv(ALLOW_VARIABLE, "1")
     env = HarnessEnv("S0T1O0C0W0", sandbox="unsafe-host", tasks="builtin:eval")
+    tasks = choose(env.tasks)
+    assert {t.metadata["family"] for t in tasks} == {t.metadata["family"] for t in env.tasks}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        results = [run_episode(env, ReferenceAgent(), seed=0, task_id=t.id).reward for t in env.tasks]
+        results = [run_episode(env, ReferenceAgent(), seed=0, task_id=t.id).reward for t in tasks]
     env.close()
     assert results == [1.0] * len(results)
     assert any(issubclass(w.category, UnsandboxedHostWarning) for w in caught)

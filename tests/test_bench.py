@@ -65,15 +65,16 @@ def test_plan_pairs_seeds_across_harnesses():
 
 @requires_bwrap
 def test_reference_agent_scores_one_everywhere_and_the_report_says_so(tmp_path):
-    """Every built-in task in a training, a held-out and every preset harness (all 243
-    configurations: tests/test_reference.py, slow)."""
+    """The eval tasks through the bench runner in a training, a held-out and every preset harness
+    (every built-in task in every preset: tests/test_presets.py; on a covering set of
+    configurations: tests/test_reference.py, in all 243 there with -m slow)."""
     factory = functools.partial(make_agent, "reference")
     harnesses = resolve_harnesses("base,heldout:1,presets")
     runner = BenchRunner(
-        factory, harnesses, "builtin", runs=1, out_dir=tmp_path, workers=2, progress=False, save_trajectories=False
+        factory, harnesses, "builtin:eval", runs=1, out_dir=tmp_path, workers=2, progress=False, save_trajectories=False
     )
     records = load_records(runner.run())
-    assert len(records) == len(harnesses) * len(load_tasks("builtin"))
+    assert len(records) == len(harnesses) * len(load_tasks("builtin:eval"))
     assert all(r["reward"] == 1.0 and r["error"] is None for r in records)
     summary = summarize(records, resamples=200)
     assert set(summary["classes"]) == {"training", "heldout", "preset", "out_of_space"}
@@ -188,7 +189,7 @@ def test_resume_after_a_kill_loses_and_duplicates_nothing(tmp_path):
         "--agent",
         "reference",
         "--configs",
-        "training",
+        "heldout:3",
         "--tasks",
         "builtin:eval",
         "--runs",
@@ -208,7 +209,7 @@ def test_resume_after_a_kill_loses_and_duplicates_nothing(tmp_path):
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     before = results.read_text().splitlines()
-    planned = 18 * len(load_tasks("builtin:eval"))
+    planned = 3 * len(load_tasks("builtin:eval"))  # enough that the kill lands mid-run
     assert 10 <= len(before) < planned
     with open(results, "a") as handle:
         handle.write('{"episode_id": "half-writ')  # as if killed in the middle of a write

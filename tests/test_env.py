@@ -1,12 +1,14 @@
+import itertools
 import json
 import time
 
 import gymnasium as gym
 import pytest
-from conftest import requires_bwrap
+from conftest import covering_configs, requires_bwrap
 from gymnasium.utils.env_checker import check_env
 
 from harness_gym import HarnessEnv, all_configs
+from harness_gym.space import FACTORS, LEVELS, HarnessConfig
 from harness_gym.spaces import SOURCES
 from harness_gym.tool_calls import ActionError
 
@@ -51,6 +53,29 @@ def test_all_243_registered():
     assert registered == {c.env_id for c in all_configs()}
 
 
+def check_env_sample() -> list[HarnessConfig]:
+    """The configurations the default suite runs check_env on: the covering set (every pair of
+    levels) and the three corners (every factor at one level); all 243 behind ``-m slow``."""
+    corners = [HarnessConfig(*[level] * len(FACTORS)) for level in range(LEVELS)]
+    return sorted({*covering_configs(), *corners})
+
+
+def test_check_env_sample_covers_every_pair_of_levels():
+    sample = check_env_sample()
+    for first, second in itertools.combinations(range(len(FACTORS)), 2):
+        pairs = {(config[first], config[second]) for config in sample}
+        assert pairs == set(itertools.product(range(LEVELS), repeat=2)), (FACTORS[first], FACTORS[second])
+    assert len(sample) < len(all_configs()) // 5
+
+
+@pytest.mark.parametrize("config", check_env_sample(), ids=lambda config: config.code)
+def test_check_env_passes_on_a_covering_sample(config):
+    env = gym.make(config.env_id)
+    check_env(env.unwrapped)
+    env.close()
+
+
+@pytest.mark.slow
 def test_check_env_passes_on_every_configuration():
     started = time.perf_counter()
     for config in all_configs():

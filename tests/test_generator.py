@@ -37,6 +37,38 @@ def test_mutation_operators():
         assert mutated != SOURCE and mutation.mutated in mutated
 
 
+def _only_the_reference_solves(tasks):
+    """The reference solution (one fix per bug) scores 1, the untouched workspace 0."""
+    env = HarnessEnv("S0T0O0C0W0", tasks=tasks)
+    for task in tasks:
+        assert run_episode(env, ReferenceAgent(), seed=0, task_id=task.id).reward == 1.0, task.id
+        assert run_episode(env, NullAgent(), seed=0, task_id=task.id).reward == 0.0, task.id
+    env.close()
+
+
+@requires_bwrap
+def test_higher_order_tasks_of_one_project_have_one_fix_per_bug(tmp_path):
+    """One project's whole supply, single bugs then every disjoint pair and triple (all 20 projects'
+    first 600 tasks: ``-m slow``)."""
+    ids = generate(tmp_path / "h", count=1000, seed=2, project_ids=["repair-bracket-balance"])
+    suite = validate_suite(f"generated:{tmp_path / 'h'}")
+    assert not suite.errors and len(ids) == len(suite.tasks) < 1000  # stopped at the supply
+    assert {t.metadata["source_task"] for t in suite.tasks} == {"repair-bracket-balance"}
+    by_bugs: dict[int, list] = {}
+    for task in suite.tasks:
+        assert len(task.solution) == task.metadata["bugs"], task.id
+        by_bugs.setdefault(task.metadata["bugs"], []).append(task)
+    assert sorted(by_bugs) == [1, 2, 3]
+    _only_the_reference_solves([*by_bugs[2][:2], *by_bugs[3][:2]])
+
+
+def test_generation_refuses_unknown_projects(tmp_path):
+    with pytest.raises(ValueError, match="not built-in repair projects: repair-nowhere"):
+        generate(tmp_path / "x", count=1, project_ids=["repair-bracket-balance", "repair-nowhere"])
+    assert not any((tmp_path / "x").iterdir())
+
+
+@pytest.mark.slow
 @requires_bwrap
 def test_higher_order_tasks_have_one_fix_per_bug(tmp_path):
     ids = generate(tmp_path / "h", count=600, seed=2)
@@ -45,11 +77,7 @@ def test_higher_order_tasks_have_one_fix_per_bug(tmp_path):
     assert len(ids) == 600 and multi
     for task in multi[:20]:
         assert len(task.solution) == task.metadata["bugs"]
-    env = HarnessEnv("S0T0O0C0W0", tasks=multi[:4])
-    for task in multi[:4]:
-        assert run_episode(env, ReferenceAgent(), seed=0, task_id=task.id).reward == 1.0, task.id
-        assert run_episode(env, NullAgent(), seed=0, task_id=task.id).reward == 0.0, task.id
-    env.close()
+    _only_the_reference_solves(multi[:4])
 
 
 def test_generation_is_verified_deduplicated_and_reproducible(tmp_path):

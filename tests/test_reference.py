@@ -2,15 +2,14 @@
 
 import gymnasium as gym
 import pytest
-from conftest import requires_bwrap
+from conftest import covering_configs, requires_bwrap
 
-from harness_gym import TRAINING_SET, all_configs, heldout_set, load_tasks
+from harness_gym import all_configs, load_tasks
 from harness_gym.agents import CALL_FORMATS, NullAgent, ReferenceAgent, run_episode
 
 pytestmark = requires_bwrap
 TASKS = [t.id for t in load_tasks("builtin")]
-# The training and held-out arrays together cover every pair of levels of every two factors.
-COVERING = sorted(set(TRAINING_SET) | set(heldout_set()))
+COVERING = covering_configs()
 
 
 def solve_everywhere(configs, tasks_per_config=None):

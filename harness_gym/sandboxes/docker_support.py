@@ -20,7 +20,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -189,12 +189,12 @@ def build_local_image(
 
 
 @contextlib.contextmanager
-def local_docker(tag: str = "harness-gym-local:latest"):  # type: ignore[no-untyped-def]
+def local_docker(tag: str = "harness-gym-local:latest") -> Iterator[tuple[str, str]]:
     """An engine (the one at DOCKER_HOST if it answers, else a private one) and a local image."""
     engine = None
     host = os.environ.get("DOCKER_HOST")
     reachable = host is not None and subprocess.run(["docker", "version"], capture_output=True).returncode == 0
-    if not reachable:
+    if host is None or not reachable:
         engine = PrivateDockerEngine()
         host = engine.start()
     try:

@@ -97,6 +97,7 @@ def generate(
     progress: Callable[[int], None] | None = None,
     max_bugs: int = 3,
     mutants: int = 5,
+    project_ids: Sequence[str] | None = None,
 ) -> list[str]:
     """Write up to ``count`` verified, deduplicated tasks to ``out``; returns their ids.
 
@@ -105,6 +106,7 @@ def generate(
     ``max_bugs``. A task is kept only when its hidden tests also kill every one of ``mutants``
     sampled mutants (tasks/mutation.py) of each function its bugs are in: a grader that accepts a
     wrong fix there would pay for it (0: no such check). The score is in the task's metadata.
+    ``project_ids`` limits the built-in repair projects mutated (default: all): a smaller supply.
     """
     if mutants < 0:
         raise ValueError(f"mutants must be 0 (no check) or more, not {mutants}")
@@ -116,6 +118,12 @@ def generate(
         if d.is_dir() and not d.name.startswith("_") and (d / "task.yaml").exists()
     ]
     projects = [p for p in projects if p.metadata.get("family") == "repository-repair"]
+    if project_ids is not None:
+        unknown = sorted(set(project_ids) - {p.id for p in projects})
+        if unknown:
+            known = ", ".join(p.id for p in projects)
+            raise ValueError(f"not built-in repair projects: {', '.join(unknown)} (they are: {known})")
+        projects = [p for p in projects if p.id in set(project_ids)]
     rng = random.Random(seed)
     written: list[str] = []
     with tempfile.TemporaryDirectory(prefix="harness-gym-generate-") as scratch:
