@@ -96,7 +96,7 @@ def block(run: Callable[[], Any], shell: int, commands: int) -> dict[str, float 
 def median_of(blocks: list[dict[str, float | None]]) -> dict[str, float | None]:
     keys = blocks[0].keys()
     return {
-        key: statistics.median(values) if (values := [b[key] for b in blocks if b[key] is not None]) else None
+        key: statistics.median(values) if (values := [v for b in blocks if (v := b[key]) is not None]) else None
         for key in keys
     }
 
