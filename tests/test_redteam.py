@@ -565,3 +565,36 @@ def test_restarts_leak_no_host_descriptors_and_huge_timeouts_do_not_raise():
         assert (result.output, result.exit_code) == ("long\n", 2), result
     finally:
         sandbox.close()
+
+
+ODD_STATUSES = ["--5", "²", "٣", "9" * 300]  # int() raised on the first two and on over 4300 digits
+
+
+@requires_bwrap
+@pytest.mark.parametrize("status", ODD_STATUSES, ids=["double-minus", "superscript", "arabic-digit", "long"])
+def test_a_record_with_an_odd_status_is_refused_not_raised(status):
+    """Shell code is the shell: a function named `echo` makes the record `<nonce> --5`. The host took
+    any status that `isdigit` after stripping minus signs, and int() raised ValueError out of run()
+    (and env.step): a policy could crash its trainer. Such a record is now refused like a forged one."""
+    sandbox = _bwrap_box(timeout_s=1.0)
+    try:
+        lost = sandbox.run(f'echo() {{ builtin echo "${{1%% *}} {status}"; }}')
+        assert (lost.exit_code, lost.timed_out) == (None, True) and sandbox.forged_records == 1, lost
+        result = sandbox.run("echo ok; (exit 5)")
+        assert (result.output, result.exit_code, result.note) == ("ok\n", 5, ""), result
+    finally:
+        sandbox.close()
+
+
+def test_a_record_with_an_odd_status_is_refused_not_raised_in_docker(docker_engine):
+    """The same under Docker: the warden forwards `<nonce> --5` from the shell itself (its check
+    strips minus signs too); the host refuses it."""
+    sandbox = _docker_sandbox(docker_engine, {})
+    sandbox.command_timeout_s = 2.0
+    try:
+        lost = sandbox.run("printf() { command printf '%s --5\\n' \"$2\"; }")
+        assert (lost.exit_code, lost.timed_out) == (None, True), lost
+        result = sandbox.run("echo ok; (exit 5)")
+        assert (result.output, result.exit_code) == ("ok\n", 5), result
+    finally:
+        sandbox.close()

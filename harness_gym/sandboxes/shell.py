@@ -519,7 +519,8 @@ class ShellSandbox(SandboxBackend):
             if startup and self.status_channel != "socket":  # `hello <pid> <secret>` from a warden, else `hello <pid>`
                 value, _, secret = value.strip().partition(" ")
                 self._fence_secret = secret
-            if word != nonce or not value.strip().lstrip("-").isdigit():
+            status = _status_number(value)
+            if word != nonce or status is None:
                 self.forged_records += 1
                 continue
             self._drain(out_fd, output)
@@ -532,7 +533,7 @@ class ShellSandbox(SandboxBackend):
                 return self._partial(output, started), "timeout"
             text, elided = output.text()
             return CommandResult(
-                text, int(value), time.perf_counter() - started, elided_chars=elided, pid=self.shell_pid
+                text, status, time.perf_counter() - started, elided_chars=elided, pid=self.shell_pid
             ), "done"
 
     def _read_status(self, fd: int, pending: bytearray, startup: bool) -> tuple[str | None, bool]:
@@ -715,6 +716,17 @@ class ShellSandbox(SandboxBackend):
         partial.exit_code = None if timed_out else status
         partial.timed_out, partial.note, partial.pid = timed_out, note, self.shell_pid
         return partial
+
+
+def _status_number(value: str) -> int | None:
+    """A record's status (or the shell's pid): ASCII digits, optionally one minus sign, or None.
+    (`isdigit` alone let `--5` and `²` through to int(), which raised out of ``run``: a shell
+    function named `echo` crashed the host.)"""
+    digits = value.strip()
+    digits = digits[1:] if digits[:1] == "-" else digits
+    if not digits.isascii() or not digits.isdigit() or len(digits) > 18:
+        return None
+    return int(value)
 
 
 def _quote(text: str) -> str:
