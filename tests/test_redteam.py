@@ -404,13 +404,17 @@ RECORD_INTACT = [
 @pytest.mark.parametrize("setting", RECORD_INTACT)
 def test_shell_settings_a_command_leaves_do_not_change_later_statuses(setting):
     """Options, redefinitions and descriptor games a command leaves in the shell, around the record's
-    `echo` and the restoring `exec`: later commands still get their own output and status."""
+    `echo` and the restoring `exec`: later commands, short (inline) and long, still get their own
+    output and status."""
     sandbox = _bwrap_box()
     try:
         sandbox.run(setting)
         for expected in (7, 5):
             result = sandbox.run(f"echo ok; (exit {expected})")
             assert (result.output, result.exit_code, result.note) == ("ok\n", expected, ""), (setting, result)
+        long_text = "y" * 120  # over the inline limit: the `read -N` path
+        result = sandbox.run(f"echo {long_text}; (exit 4)")
+        assert (result.output, result.exit_code, result.note) == (long_text + "\n", 4, ""), (setting, result)
     finally:
         sandbox.close()
 
