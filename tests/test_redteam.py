@@ -348,3 +348,257 @@ def test_long_command_with_a_syntax_error_does_not_break_the_next_long_command()
             assert (result.output, result.exit_code, result.timed_out) == (long_text + "\n", 0, False), result
     finally:
         sandbox.close()
+
+
+# ------------------------------------------------------------------ the persistent shell's protocol (bubblewrap)
+# cf8f622..e488a7e: the status record is written with `echo`, redirections restored by `exec` after it,
+# one poller per shell, nonces from an os.urandom pool. Each test plays an attack from inside the sandbox.
+
+
+def _bwrap_box(timeout_s=5.0):
+    """A started bubblewrap sandbox that records the nonce of every command it sends."""
+    from harness_gym.sandboxes.base import create_sandbox
+
+    sandbox = create_sandbox("bubblewrap", None, command_timeout_s=timeout_s, output_limit_chars=1000)
+    sandbox.start(sandbox.new_workspace(), "/workspace")
+    sandbox.nonces = []
+    send = sandbox._send_command
+
+    def recording(command):
+        sandbox.nonces.append(send(command))
+        return sandbox.nonces[-1]
+
+    sandbox._send_command = recording
+    return sandbox
+
+
+@requires_bwrap
+def test_a_command_using_descriptor_4_does_not_swallow_later_output():
+    """fd 4 (the shell's copy of the output pipe, from which `exec 1>&4` restores stdout after each
+    command) was left open around commands for speed: `exec 4>lock` (the flock idiom) sent every
+    later command's output into the lock file, and `exec 4>&-` dropped it, for the rest of the episode."""
+    sandbox = _bwrap_box()
+    try:
+        for clobber in ("exec 4>lock; echo x", "exec 4>&-", "exec 1>&- 2>&- 4>&-", "exec >hidden; exec 4>&1"):
+            sandbox.run(clobber)
+            result = sandbox.run("echo shown; (exit 3)")
+            assert (result.output, result.exit_code, result.note) == ("shown\n", 3, ""), (clobber, result)
+        assert sandbox.run("cat lock hidden").output == "", "output went to a file the command chose"
+    finally:
+        sandbox.close()
+
+
+RECORD_INTACT = [
+    "set -o posix; shopt -s xpg_echo",  # echo interprets backslashes, takes no options
+    "exec() { :; }",  # the restoring `exec` redefined (the shell's own redirections are already right)
+    "alias exec=: echo='echo -e'",
+    "PROMPT_COMMAND='echo prompt'; export BASH_ENV=/workspace/env; echo 'echo bash_env' > env",
+    "set -f -u -o noclobber; IFS=0123456789abcdef",  # word splitting on the nonce's digits
+    "exec 3>&-",
+    "exec 3>/dev/null",
+    "shopt -s extglob failglob nullglob; set -o pipefail",
+]
+
+
+@requires_bwrap
+@pytest.mark.parametrize("setting", RECORD_INTACT)
+def test_shell_settings_a_command_leaves_do_not_change_later_statuses(setting):
+    """Options, redefinitions and descriptor games a command leaves in the shell, around the record's
+    `echo` and the restoring `exec`: later commands, short (inline) and long, still get their own
+    output and status."""
+    sandbox = _bwrap_box()
+    try:
+        sandbox.run(setting)
+        for expected in (7, 5):
+            result = sandbox.run(f"echo ok; (exit {expected})")
+            assert (result.output, result.exit_code, result.note) == ("ok\n", expected, ""), (setting, result)
+        long_text = "y" * 120  # over the inline limit: the `read -N` path
+        result = sandbox.run(f"echo {long_text}; (exit 4)")
+        assert (result.output, result.exit_code, result.note) == (long_text + "\n", 4, ""), (setting, result)
+    finally:
+        sandbox.close()
+
+
+RECORD_LOST = [
+    "enable -n echo",  # the record comes from /bin/echo, a child: refused
+    "echo() { :; }",
+    "shopt -s extdebug; trap false DEBUG",  # every command skipped, the record too
+    "kill -STOP $$",
+    "ulimit -n 4",  # no descriptor left for the redirections
+    "exec sleep 100",  # the status socket closed, the shell's process alive: the host waited 5 s for it
+    "exec 10>&- 11>&-",  # the saved status socket and output copy closed in the shell itself
+]
+
+
+@requires_bwrap
+@pytest.mark.parametrize("sabotage", RECORD_LOST)
+def test_a_shell_that_stops_reporting_never_holds_the_host_past_the_timeout(sabotage):
+    """A command that stops the shell sending records (or closes its status channel while its process
+    lives on) costs the host at most its timeout plus a restart; nothing raises, and the next shell
+    reports truthfully. Closing the channel without exiting held the host 5 s, whatever the timeout."""
+    import time
+
+    sandbox = _bwrap_box(timeout_s=1.0)
+    try:
+        started = time.monotonic()
+        lost = sandbox.run(sabotage)
+        after = sandbox.run("echo ok; (exit 7)")
+        elapsed = time.monotonic() - started
+        assert lost.note or after.note, (lost, after)  # one of them said the shell was replaced
+        assert elapsed < 4.0, f"{sabotage!r}: {elapsed:.1f} s for two commands with a 1 s timeout"
+        result = sandbox.run("echo ok; (exit 5)")
+        assert (result.output, result.exit_code, result.note) == ("ok\n", 5, ""), result
+    finally:
+        sandbox.close()
+
+
+@requires_bwrap
+@pytest.mark.xfail(strict=True, reason="documented: code in the shell process (a function, an alias) is the shell")
+def test_shell_code_misreports_the_commands_it_runs_in():
+    """Not covered by the protocol (shell.py's docstring): an alias or function named `eval`/`echo`
+    reports what it likes for every later command. Only the agent's own observations lie: nothing
+    rewarded reads them (grading kills the shell first)."""
+    sandbox = _bwrap_box()
+    try:
+        sandbox.run("alias eval=true")
+        result = sandbox.run("echo ok; (exit 7)")
+        assert (result.output, result.exit_code) == ("ok\n", 7), result
+    finally:
+        sandbox.close()
+
+
+# a background subshell keeps bash's saved copy of the status socket (fd 3 is closed around commands)
+# and sends `<nonce> 0` on every descriptor for each nonce it can learn: its own command's (`$__hn`,
+# copied at the fork) and, after `set -a` exports `__hn`, each later command's from its children's
+# environments (what it writes to copies of the output pipe is only output)
+SEND_ON_EVERY_FD = 'for fd in {3..30}; do echo "$n 0" >&$fd; done 2>/dev/null'
+OWN_NONCE = f"( sleep 0.3; n=$__hn; {SEND_ON_EVERY_FD} ) & "
+LATER_NONCES = (
+    "set -a; ( end=$((SECONDS + 5)); while ((SECONDS < end)); do for e in /proc/[0-9]*/environ; do "
+    f"while IFS= read -r -d '' v; do [[ $v == __hn=* ]] && n=${{v#__hn=}} && {SEND_ON_EVERY_FD}; "
+    'done <"$e"; done 2>/dev/null; sleep 0.05; done ) >/dev/null 2>&1 &'
+)
+
+
+@requires_bwrap
+def test_a_process_that_learns_the_nonce_and_holds_the_status_socket_cannot_end_a_command():
+    """A process holding the shell's status socket that knows the running command's nonce sends
+    `<nonce> 0` while the command runs: the kernel names that process, not the shell, as the sender."""
+    sandbox = _bwrap_box(timeout_s=15.0)
+    try:
+        result = sandbox.run(f"{OWN_NONCE}sleep 1; echo real; (exit 7)")
+        assert (result.output[-5:], result.exit_code, result.timed_out) == ("real\n", 7, False), result
+        assert sandbox.forged_records >= 1, "its record reached the host and was refused"
+        sandbox.run(LATER_NONCES)
+        refused = sandbox.forged_records
+        for expected in (8, 9):
+            result = sandbox.run(f"sleep 1; echo real; (exit {expected})")
+            assert (result.output[-5:], result.exit_code, result.timed_out) == ("real\n", expected, False), result
+        assert sandbox.forged_records > refused, "records with later commands' nonces were sent and refused"
+    finally:
+        sandbox.close()
+
+
+@requires_bwrap
+def test_output_racing_the_record_stays_with_its_command():
+    """Megabytes of output, and a background flood through the output pipe, around the record: each
+    command keeps its own status and exact elision count, and a later command its own output."""
+    sandbox = _bwrap_box()
+    try:
+        result = sandbox.run("head -c 3000000 /dev/zero | tr '\\0' x; echo END; (exit 4)")
+        assert (result.exit_code, result.timed_out, result.elided_chars) == (4, False, 3000004 - 1000), result
+        assert result.output.endswith("xEND\n"), result.output[-50:]
+        assert sandbox.run("echo next").output == "next\n"
+        sandbox.run("yes flood &")
+        for expected in (3, 6):
+            flooded = sandbox.run(f"sleep 0.2; (exit {expected})")
+            assert (flooded.exit_code, flooded.timed_out) == (expected, False), flooded
+        sandbox.run("kill $!; wait")
+        assert sandbox.run("echo clean").output.endswith("clean\n")
+    finally:
+        sandbox.close()
+
+
+@requires_bwrap
+def test_nonces_are_never_reused_across_sandboxes_restarts_or_a_fork():
+    """Nonces come from a kilobyte of os.urandom per sandbox: none is shared between two sandboxes in
+    one process or repeated after a restart, and a forked child of the host draws its own (it held a
+    copy of its parent's pool, and drew the nonces its parent was about to)."""
+    import os
+
+    first, second = _bwrap_box(timeout_s=0.5), _bwrap_box(timeout_s=0.5)
+    try:
+        for _ in range(3):
+            first.run("true")
+            second.run("true")
+        assert first.run("sleep 5").timed_out  # a restart: the same sandbox object, a new shell
+        first.run("true")
+        assert len(set(first.nonces + second.nonces)) == len(first.nonces) + len(second.nonces) == 8
+        read_end, write_end = os.pipe()
+        child = os.fork()
+        if child == 0:
+            os.write(write_end, "".join(first._nonce() for _ in range(3)).encode())
+            os._exit(0)
+        os.close(write_end)
+        os.waitpid(child, 0)
+        drawn_in_child = os.read(read_end, 4096).decode()
+        os.close(read_end)
+        drawn_here = "".join(first._nonce() for _ in range(3))
+        assert len(drawn_in_child) == len(drawn_here) == 48 and drawn_in_child != drawn_here
+    finally:
+        first.close()
+        second.close()
+
+
+@requires_bwrap
+def test_restarts_leak_no_host_descriptors_and_huge_timeouts_do_not_raise():
+    """The poller is made once per shell: shells replaced after a timeout, an exit and a closed status
+    channel leave the host's descriptors as they were, and a timeout past what poll(2) takes (a C int
+    of milliseconds) waits instead of raising OverflowError in the middle of a command."""
+    import os
+
+    sandbox = _bwrap_box(timeout_s=0.5)
+    try:
+        sandbox.run("true")
+        before = len(os.listdir("/proc/self/fd"))
+        for restart in ("sleep 5", "exit 3", "exec sleep 100") * 2:
+            assert sandbox.run(restart).note, restart
+            assert sandbox.run("echo ok").output == "ok\n"
+        assert len(os.listdir("/proc/self/fd")) == before
+        result = sandbox.run("echo long; (exit 2)", timeout_s=30 * 86400)
+        assert (result.output, result.exit_code) == ("long\n", 2), result
+    finally:
+        sandbox.close()
+
+
+ODD_STATUSES = ["--5", "²", "٣", "9" * 300]  # int() raised on the first two and on over 4300 digits
+
+
+@requires_bwrap
+@pytest.mark.parametrize("status", ODD_STATUSES, ids=["double-minus", "superscript", "arabic-digit", "long"])
+def test_a_record_with_an_odd_status_is_refused_not_raised(status):
+    """Shell code is the shell: a function named `echo` makes the record `<nonce> --5`. The host took
+    any status that `isdigit` after stripping minus signs, and int() raised ValueError out of run()
+    (and env.step): a policy could crash its trainer. Such a record is now refused like a forged one."""
+    sandbox = _bwrap_box(timeout_s=1.0)
+    try:
+        lost = sandbox.run(f'echo() {{ builtin echo "${{1%% *}} {status}"; }}')
+        assert (lost.exit_code, lost.timed_out) == (None, True) and sandbox.forged_records == 1, lost
+        result = sandbox.run("echo ok; (exit 5)")
+        assert (result.output, result.exit_code, result.note) == ("ok\n", 5, ""), result
+    finally:
+        sandbox.close()
+
+
+def test_a_record_with_an_odd_status_is_refused_not_raised_in_docker(docker_engine):
+    """The same under Docker: the warden forwards `<nonce> --5` from the shell itself (its check
+    strips minus signs too); the host refuses it."""
+    sandbox = _docker_sandbox(docker_engine, {})
+    sandbox.command_timeout_s = 2.0
+    try:
+        lost = sandbox.run("printf() { command printf '%s --5\\n' \"$2\"; }")
+        assert (lost.exit_code, lost.timed_out) == (None, True), lost
+        result = sandbox.run("echo ok; (exit 5)")
+        assert (result.output, result.exit_code) == ("ok\n", 5), result
+    finally:
+        sandbox.close()

@@ -66,6 +66,16 @@ _S = TypeVar("_S", bound="ShellSandbox")
 _CREDENTIALS = struct.calcsize("3i")
 _FRAME = struct.Struct(">I")
 _INLINE_MAX = 96  # commands up to this many characters (ASCII) travel inline in the shell's script
+_LONGEST_WAIT_S = (2**31 - 1) // 1000  # poll(2) takes a C int of milliseconds (about 24 days)
+_forks = 0  # fork generation of this process: a forked child draws fresh nonces, not its parent's pool
+
+
+def _after_fork_in_child() -> None:
+    global _forks
+    _forks += 1
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @dataclass
@@ -172,6 +182,7 @@ class ShellSandbox(SandboxBackend):
         self._fence_secret = ""  # stderr mode: a warden's fence secret (see tools/scripts/relay.py)
         self._random = b""  # os.urandom drawn a kilobyte at a time: a fresh nonce without a syscall each
         self._random_used = 0
+        self._random_forks = _forks  # the fork generation the pool was drawn in
 
     # ------------------------------------------------------------------ to implement
 
@@ -304,10 +315,11 @@ class ShellSandbox(SandboxBackend):
             self._control = None
 
     def _bounded_timeout(self, timeout_s: float | None) -> float:
-        """A usable wall-clock limit: the default when none (or a NaN, infinite or negative one) is given."""
+        """A usable wall-clock limit: the default when none (or a NaN, infinite or negative one) is
+        given; never longer than one poll(2) can wait (longer raised OverflowError mid-command)."""
         if timeout_s is None or not isinstance(timeout_s, (int, float)) or not math.isfinite(timeout_s):
-            return float(self.command_timeout_s)
-        return max(float(timeout_s), 0.001)
+            timeout_s = self.command_timeout_s
+        return min(max(float(timeout_s), 0.001), _LONGEST_WAIT_S)
 
     def _start_shell(self) -> None:
         """Start a shell and check that it answers; raise SandboxError with its output if not."""
@@ -389,13 +401,15 @@ class ShellSandbox(SandboxBackend):
                 f"{self.tools_dir}/server.py 0<&{request_fd} 1>&{reply_fd} 2>/dev/null 3>&- "
                 f"{request_fd}<&- {reply_fd}>&- & ); exec {request_fd}<&- {reply_fd}>&-"
             )
-        # The shell's own stdin is /dev/null and its stdout/stderr the output pipe, so only fd 3 (the
-        # status socket) is closed around the command: each redirection costs bash ten syscalls to
-        # save and restore. fd 4 (a copy of the output pipe, which every command holds as its stdout
-        # anyway) stays open: it gives a process nothing its stdout does not. What a command's `exec
-        # >file`/`exec 2>&-`/`exec <file` changed is undone by plain `exec` redirections *after* the
-        # status is out (off the round trip). `echo` formats the record with less work than `printf`.
-        run = 'eval "$__hc" 3>&-; echo "$__hn $?" >&3; exec 0</dev/null 1>&4 2>&1'
+        # The shell's own stdin is /dev/null and its stdout/stderr the output pipe, so only fds 3 and
+        # 4 (status socket, output backup) are closed around the command: each redirection costs bash
+        # ten syscalls to save and restore. fd 4 must be saved and restored too (not merely left open):
+        # a command's `exec 4>lock` or `exec 4>&-` (the usual flock idiom) would otherwise take the
+        # backup with it, and every later command's output would go to that file or nowhere. What a
+        # command's `exec >file`/`exec 2>&-`/`exec <file` changed is undone by plain `exec`
+        # redirections *after* the status is out (off the round trip). `echo` formats the record with
+        # less work than `printf`.
+        run = 'eval "$__hc" 3>&- 4>&-; echo "$__hn $?" >&3; exec 0</dev/null 1>&4 2>&1'
         # a long command: its header (length, nonce) and text as `read -N` blocks (bash's parser
         # reads a script one byte per read(2)); a short one (``_INLINE_MAX``) is cheaper inline as a
         # quoted literal than two `read` builtins and a `printf %b`
@@ -414,8 +428,8 @@ class ShellSandbox(SandboxBackend):
     def _nonce(self) -> str:
         """64 fresh random bits, hex (from a pool drawn from os.urandom, never reused)."""
         at = self._random_used
-        if at + 8 > len(self._random):
-            self._random, at = os.urandom(1024), 0
+        if at + 8 > len(self._random) or self._random_forks != _forks:  # (a forked child's copy is its parent's)
+            self._random, at, self._random_forks = os.urandom(1024), 0, _forks
         self._random_used = at + 8
         return self._random[at : at + 8].hex()
 
@@ -505,7 +519,8 @@ class ShellSandbox(SandboxBackend):
             if startup and self.status_channel != "socket":  # `hello <pid> <secret>` from a warden, else `hello <pid>`
                 value, _, secret = value.strip().partition(" ")
                 self._fence_secret = secret
-            if word != nonce or not value.strip().lstrip("-").isdigit():
+            status = _status_number(value)
+            if word != nonce or status is None:
                 self.forged_records += 1
                 continue
             self._drain(out_fd, output)
@@ -518,7 +533,7 @@ class ShellSandbox(SandboxBackend):
                 return self._partial(output, started), "timeout"
             text, elided = output.text()
             return CommandResult(
-                text, int(value), time.perf_counter() - started, elided_chars=elided, pid=self.shell_pid
+                text, status, time.perf_counter() - started, elided_chars=elided, pid=self.shell_pid
             ), "done"
 
     def _read_status(self, fd: int, pending: bytearray, startup: bool) -> tuple[str | None, bool]:
@@ -677,8 +692,8 @@ class ShellSandbox(SandboxBackend):
         """Replace a shell that timed out or exited, and say so in the result."""
         status = None
         if not timed_out and self._proc is not None and what == "command":
-            try:
-                status = self._proc.wait(timeout=5)
+            try:  # a shell that closed its status channel but lives on must not hold us past the timeout
+                status = self._proc.wait(timeout=min(5.0, max(timeout - partial.duration_s, 0.5)))
             except subprocess.TimeoutExpired:
                 status = None
         self._kill_all()
@@ -701,6 +716,17 @@ class ShellSandbox(SandboxBackend):
         partial.exit_code = None if timed_out else status
         partial.timed_out, partial.note, partial.pid = timed_out, note, self.shell_pid
         return partial
+
+
+def _status_number(value: str) -> int | None:
+    """A record's status (or the shell's pid): ASCII digits, optionally one minus sign, or None.
+    (`isdigit` alone let `--5` and `²` through to int(), which raised out of ``run``: a shell
+    function named `echo` crashed the host.)"""
+    digits = value.strip()
+    digits = digits[1:] if digits[:1] == "-" else digits
+    if not digits.isascii() or not digits.isdigit() or len(digits) > 18:
+        return None
+    return int(value)
 
 
 def _quote(text: str) -> str:
