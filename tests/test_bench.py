@@ -30,6 +30,7 @@ from harness_gym.bench import (
     summarize,
     write_report,
 )
+from harness_gym.bench.report import cluster_bootstrap
 from harness_gym.bench.runner import BenchAborted, ManifestMismatch
 from harness_gym.cli import main
 from harness_gym.env import HarnessEnv
@@ -475,3 +476,23 @@ def test_help_shows_defaults(capsys):
         assert default in text
     ignored = (Path(__file__).resolve().parent.parent / ".gitignore").read_text().split()
     assert "bench-results/" in ignored and "exported-models/" in ignored
+
+
+def test_class_intervals_resample_configurations_as_well_as_tasks():
+    # every task passes in the same 2 of 18 configurations: resampling tasks alone would give the
+    # interval [1/9, 1/9], as if the configurations' share were known exactly
+    records = [
+        _record(f"t{t}", index < 2, harness=config.env_id, **{"class": "heldout"})
+        for t in range(3)
+        for index, config in enumerate(heldout_set())
+    ]
+    estimate, low, high = cluster_bootstrap(records, resamples=2000)
+    assert estimate == pytest.approx(1 / 9)
+    assert low == 0.0 and 0.2 < high < 0.4
+    # within one harness it is the task-cluster bootstrap: tasks' means resampled
+    single = [_record(f"t{t}", t % 2 == 0) for t in range(20)]
+    estimate, low, high = cluster_bootstrap(single, resamples=4000)
+    rng = np.random.default_rng(1)
+    means = np.array([t % 2 == 0 for t in range(20)], dtype=float)[rng.integers(0, 20, (4000, 20))].mean(axis=1)
+    assert estimate == 0.5
+    assert abs(low - np.quantile(means, 0.025)) <= 0.05 and abs(high - np.quantile(means, 0.975)) <= 0.05

@@ -7,7 +7,8 @@ import json
 import pytest
 from conftest import requires_bwrap
 
-from harness_gym.design import TRAINING_SET
+from harness_gym.design import TRAINING_SET, heldout_set
+from harness_gym.records import classify_config
 from harness_gym.replication.data import (
     ARMS,
     arm_assignments,
@@ -17,8 +18,10 @@ from harness_gym.replication.data import (
     equalise,
     evaluation_tasks,
 )
+from harness_gym.replication.evaluate import gap_interval, model_summary
+from harness_gym.replication.report import model_entry
 from harness_gym.replication.sft import Example, tokenize_row
-from harness_gym.space import BASE_CONFIG, hamming
+from harness_gym.space import BASE_CONFIG, HarnessConfig, hamming
 from harness_gym.tasks import load_tasks
 
 
@@ -150,3 +153,37 @@ def test_small_profile_end_to_end(tmp_path):
     for name in ("report.md", "pass_by_class.png", "gap_by_arm.png", "factor_effects.png"):
         assert (tmp_path / "out" / name).stat().st_size > 0
     assert (tmp_path / "work" / "small" / "model-oa18" / "config.json").exists()
+
+
+def _episode(task: str, config: HarnessConfig, passed: bool) -> dict:
+    return {
+        "episode_id": f"{config.env_id}|{task}|0",
+        "harness": config.env_id,
+        "class": classify_config(config),
+        "config": config.code,
+        "task_id": task,
+        "passed": passed,
+        "reward": float(passed),
+        "steps": 2,
+        "tool_calls": 1,
+        "valid_tool_calls": 1,
+        "no_call_steps": 1,
+        "error": None,
+    }
+
+
+def test_the_gap_interval_carries_the_configurations_variation():
+    # arm A's pattern: every base episode passes, and every task passes the same 2 of 18 held-out
+    # configurations; with 3 tasks, resampling tasks alone would give an interval of width zero
+    held = list(heldout_set())
+    base = [_episode(f"t{t}", BASE_CONFIG, True) for t in range(16)]
+    heldout = [_episode(f"t{t}", c, i < 2) for t in range(3) for i, c in enumerate(held)]
+    gap = gap_interval(base, heldout, resamples=2000)
+    assert gap["gap"] == pytest.approx(8 / 9)
+    assert gap["ci95"][0] < 0.8 < gap["ci95"][1] == pytest.approx(1.0)
+    # a model benched in the base harness only shows no training or held-out figure
+    entry = model_entry(model_summary(base[:4], resamples=200))
+    assert entry["classes"]["base"]["pass_at_1"] == 1.0
+    assert entry["classes"]["training"]["episodes"] is None and entry["classes"]["heldout"]["pass_at_1"] is None
+    both = model_entry(model_summary(base + heldout, resamples=200))
+    assert both["classes"]["heldout"]["pass_at_1"] == pytest.approx(1 / 9) and both["main_effects"]

@@ -3,9 +3,13 @@ specialisation gap, per-factor main effects and pairwise interactions, tool-call
 parse errors, steps and tokens; as Markdown, JSON and PNG plots.
 
 Pass@1 of a set of episodes is the mean of ``passed`` (reward 1) over its episodes, which for R
-runs per task equals the mean over runs of each run's pass rate. Intervals resample tasks (with
-all their runs and harnesses), so they reflect task sampling, and differences between harnesses
-evaluated on the same tasks stay paired.
+runs per task equals the mean over runs of each run's pass rate. Intervals come from a crossed
+("pigeonhole") bootstrap: tasks and harness configurations are resampled independently and every
+episode of a drawn (task, harness) cell counts as often as its task and its harness were drawn. A
+group of several configurations thus carries both sources of variation: a policy that passes the
+same 2 of 18 held-out configurations on every task is not measured exactly, as a task-only
+resampling would claim. Within one harness it is the task-cluster bootstrap, and differences
+between harnesses evaluated on the same tasks stay paired.
 """
 
 from __future__ import annotations
@@ -57,6 +61,37 @@ def _scored(records: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [r for r in records if error_kind(r) is None]
 
 
+def crossed_draws(
+    cells: Mapping[tuple[str, str], Sequence[float]], *, resamples: int, rng: np.random.Generator
+) -> tuple[float, np.ndarray]:
+    """(mean, bootstrap draws of the mean) of values kept per (task, harness) cell, resampling tasks
+    and harnesses independently (Owen's pigeonhole bootstrap for crossed factors). Each draw weighs a
+    cell by (times its task was drawn) x (times its harness was drawn); a draw whose picks hold no
+    episode at all is drawn again from the others (it cannot happen when every task met every harness)."""
+    tasks = sorted({task for task, _ in cells})
+    harnesses = sorted({harness for _, harness in cells})
+    task_index = {t: i for i, t in enumerate(tasks)}
+    harness_index = {h: i for i, h in enumerate(harnesses)}
+    sums = np.zeros((len(tasks), len(harnesses)))
+    counts = np.zeros((len(tasks), len(harnesses)))
+    for (task, harness), values in cells.items():
+        sums[task_index[task], harness_index[harness]] += float(np.sum(values))
+        counts[task_index[task], harness_index[harness]] += len(values)
+    estimate = float(sums.sum() / counts.sum())
+
+    def weights(size: int) -> np.ndarray:
+        picks = rng.integers(0, size, size=(resamples, size))
+        counted = np.zeros((resamples, size))
+        np.add.at(counted, (np.arange(resamples)[:, None], picks), 1.0)
+        return counted
+
+    task_weights, harness_weights = weights(len(tasks)), weights(len(harnesses))
+    numerators = np.einsum("rt,th,rh->r", task_weights, sums, harness_weights)
+    denominators = np.einsum("rt,th,rh->r", task_weights, counts, harness_weights)
+    valid = denominators > 0
+    return estimate, numerators[valid] / denominators[valid]
+
+
 def cluster_bootstrap(
     records: Sequence[Mapping[str, Any]],
     value: str = "passed",
@@ -65,22 +100,17 @@ def cluster_bootstrap(
     seed: int = 0,
     confidence: float = 0.95,
 ) -> tuple[float, float, float]:
-    """(mean, low, high) of ``value`` over records, resampling tasks as clusters. For ``passed``
-    an errored episode counts as a failure."""
-    by_task: dict[str, list[float]] = defaultdict(list)
+    """(mean, low, high) of ``value`` over records, with tasks and harnesses resampled as crossed
+    clusters (:func:`crossed_draws`). For ``passed`` an errored episode counts as a failure."""
+    cells: dict[tuple[str, str], list[float]] = defaultdict(list)
     for record in records:
-        by_task[record["task_id"]].append(float(succeeded(record) if value == "passed" else record[value]))
-    if not by_task:
+        score = float(succeeded(record) if value == "passed" else record[value])
+        cells[(record["task_id"], str(record.get("harness", "")))].append(score)
+    if not cells:
         return float("nan"), float("nan"), float("nan")
-    tasks = sorted(by_task)
-    sums = np.array([sum(by_task[t]) for t in tasks])
-    counts = np.array([len(by_task[t]) for t in tasks])
-    estimate = float(sums.sum() / counts.sum())
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, len(tasks), size=(resamples, len(tasks)))
-    stats = sums[picks].sum(axis=1) / counts[picks].sum(axis=1)
+    estimate, draws = crossed_draws(cells, resamples=resamples, rng=np.random.default_rng(seed))
     tail = (1 - confidence) / 2
-    return estimate, float(np.quantile(stats, tail)), float(np.quantile(stats, 1 - tail))
+    return estimate, float(np.quantile(draws, tail)), float(np.quantile(draws, 1 - tail))
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -560,12 +590,11 @@ def compare_results(
         if not keys:
             continue
         diffs = np.array([ub[k][1] - ua[k][1] for k in keys])
-        tasks = sorted({k[1] for k in keys})
-        by_task = {t: diffs[[i for i, k in enumerate(keys) if k[1] == t]] for t in tasks}
-        sums = np.array([by_task[t].sum() for t in tasks])
-        counts = np.array([len(by_task[t]) for t in tasks])
-        picks = rng.integers(0, len(tasks), size=(resamples, len(tasks)))
-        stats = sums[picks].sum(axis=1) / counts[picks].sum(axis=1)
+        _, stats = crossed_draws(
+            {(task, harness): [ub[(harness, task)][1] - ua[(harness, task)][1]] for harness, task in keys},
+            resamples=resamples,
+            rng=rng,
+        )
         out[klass] = {
             "difference": float(diffs.mean()),
             "ci95": [float(np.quantile(stats, 0.025)), float(np.quantile(stats, 0.975))],

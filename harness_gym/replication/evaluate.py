@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from harness_gym.agents.huggingface import HFAgent
-from harness_gym.bench.report import cluster_bootstrap, succeeded, summarize
+from harness_gym.bench.report import cluster_bootstrap, crossed_draws, succeeded, summarize
 from harness_gym.bench.runner import BenchRunner, HarnessChoice
 from harness_gym.records import load_records
 from harness_gym.space import BASE_CONFIG
@@ -129,24 +129,23 @@ def run_bench(
 def gap_interval(
     base: Sequence[Mapping[str, Any]], heldout: Sequence[Mapping[str, Any]], *, resamples: int = 2000, seed: int = 0
 ) -> dict[str, Any]:
-    """Specialisation gap (base Pass@1 minus held-out Pass@1) with a 95% bootstrap interval that
-    resamples tasks as clusters, independently in the two groups; errors count as failures."""
+    """Specialisation gap (base Pass@1 minus held-out Pass@1) with a 95% bootstrap interval: each
+    group resampled independently by :func:`~harness_gym.bench.report.crossed_draws` (tasks, and the
+    held-out group's configurations too); errors count as failures."""
     rng = np.random.default_rng(seed)
 
     def draws(records: Sequence[Mapping[str, Any]]) -> tuple[float, Any]:
-        by_task: dict[str, list[float]] = {}
+        cells: dict[tuple[str, str], list[float]] = {}
         for record in records:
-            by_task.setdefault(record["task_id"], []).append(float(succeeded(record)))
-        sums = np.array([sum(v) for v in by_task.values()])
-        counts = np.array([len(v) for v in by_task.values()])
-        picks = rng.integers(0, len(sums), size=(resamples, len(sums)))
-        return float(sums.sum() / counts.sum()), sums[picks].sum(axis=1) / counts[picks].sum(axis=1)
+            cells.setdefault((record["task_id"], record["harness"]), []).append(float(succeeded(record)))
+        return crossed_draws(cells, resamples=resamples, rng=rng)
 
     if not base or not heldout:
         return {"base": float("nan"), "heldout": float("nan"), "gap": float("nan"), "ci95": [float("nan")] * 2}
     base_mean, base_draws = draws(base)
     heldout_mean, heldout_draws = draws(heldout)
-    gaps = base_draws - heldout_draws
+    size = min(len(base_draws), len(heldout_draws))
+    gaps = base_draws[:size] - heldout_draws[:size]
     return {
         "base": base_mean,
         "heldout": heldout_mean,

@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness_gym.space import BASE_CONFIG
+
 CLASSES = ("base", "training", "heldout")
 MODEL_ORDER = ("untrained", "base", "oa18")
 MODEL_NAMES = {
@@ -21,8 +23,11 @@ MODEL_NAMES = {
 def model_entry(summary: Mapping[str, Any]) -> dict[str, Any]:
     """The figures of one model the report shows, from :func:`.evaluate.model_summary`."""
     classes: dict[str, Any] = {"base": dict(summary["base_harness"])}
+    # a model benched in the base harness only has no figure for the other configurations (the base
+    # harness belongs to the training set, so its episodes would pass for "training configs")
+    base_only = set(summary["harnesses"]) <= {BASE_CONFIG.env_id}
     for klass in ("training", "heldout"):
-        figures = summary["classes"].get(klass, {})
+        figures = {} if base_only else summary["classes"].get(klass, {})
         classes[klass] = {k: figures.get(k) for k in ("pass_at_1", "ci95", "episodes", "harnesses")}
     overall = summary["overall"]
     return {
@@ -33,7 +38,7 @@ def model_entry(summary: Mapping[str, Any]) -> dict[str, Any]:
         "episodes": summary["episodes"],
         "errors": summary["errors"],
         "errors_by_kind": summary.get("errors_by_kind", {}),
-        "main_effects": summary["main_effects"],
+        "main_effects": {} if base_only else summary["main_effects"],
         "per_harness": {
             h: {"class": v["class"], "pass_at_1": v["pass_at_1"], "episodes": v["episodes"]}
             for h, v in summary["harnesses"].items()
