@@ -80,7 +80,7 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         )
     lines += [
         "",
-        "## Pass@1 (%) with 95% bootstrap intervals (tasks resampled)",
+        "## Pass@1 (%) with 95% bootstrap intervals (tasks and configurations resampled)",
         "",
         "| model | base harness | training configs | held-out configs | gap (base − held-out) | tool-call rate | call validity |",
         "|---|---|---|---|---|---|---|",
