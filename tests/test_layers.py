@@ -4,6 +4,8 @@ agent's final view, the size limit applies to what the agent writes, nothing lef
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -186,3 +188,19 @@ def test_a_layer_in_use_survives_its_sources_and_goes_after_the_episode(source, 
     assert layer.name not in layers.layers_in_use(isolation.live_registry_values("layer"))
     assert isolation.reclaim_layer_cache(now=later) == [f"removed layer {layer} (its sources are gone)"]
     assert not layer.exists()
+
+
+def test_the_idmapping_namespace_is_made_in_a_process_whose_forks_come_up_threaded(tmp_path):
+    # torch's thread pool (after its first matrix product) starts a thread in every forked child,
+    # and a threaded process cannot unshare its user namespace: the replication's bench, run after
+    # in-process training, could start no sandbox. An at-fork handler that starts a thread does the same.
+    script = (
+        "import os, threading, time\n"
+        "os.register_at_fork(after_in_child=lambda: threading.Thread(target=time.sleep, args=(5,), daemon=True).start())\n"
+        "from harness_gym.sandboxes.layers import _make_userns\n"
+        "fd = _make_userns(os.getuid() + 1)\n"
+        "print(os.readlink(f'/proc/self/fd/{fd}') != os.readlink('/proc/self/ns/user'))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "True"

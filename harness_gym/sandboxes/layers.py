@@ -32,6 +32,8 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -307,37 +309,44 @@ def _userns_for(uid: int) -> int:
         return _make_userns(uid)
 
 
+# The namespace's holder is a fresh interpreter, not a fork: a fork of a process whose libraries keep
+# thread pools (torch's OpenMP after its first matrix product) can come up with a thread that an
+# at-fork handler started, and a multithreaded process cannot unshare its user namespace (EINVAL).
+_USERNS_HOLDER = (
+    "import ctypes, os\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    f"failed = libc.unshare({_CLONE_NEWUSER:#x})\n"
+    "os.write(1, b'0 %d' % ctypes.get_errno() if failed else b'1')\n"
+    "failed or os.read(0, 1)\n"
+)
+
+
 def _make_userns(uid: int) -> int:
     if uid in _USERNS:
         _USERNS.move_to_end(uid)
         return _USERNS[uid]
-    ready_read, ready_write = os.pipe()
-    hold_read, hold_write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child only unshares and waits: nothing else runs after fork
-        status = 1
-        try:
-            os.close(ready_read)
-            os.close(hold_write)
-            if _libc().unshare(_CLONE_NEWUSER) == 0:
-                os.write(ready_write, b"1")
-                os.read(hold_read, 1)
-                status = 0
-        finally:
-            os._exit(status)
-    os.close(ready_write)
-    os.close(hold_read)
+    holder = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", _USERNS_HOLDER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        close_fds=True,
+    )
+    assert holder.stdin is not None and holder.stdout is not None
     try:
-        if os.read(ready_read, 1) != b"1":
-            raise OSError("could not create a user namespace")
+        answer = holder.stdout.read(1)
+        if answer != b"1":
+            detail = holder.stdout.read().decode(errors="replace").strip()
+            reason = os.strerror(int(detail)) if detail.isdigit() else "the helper process failed"
+            raise OSError(f"could not create a user namespace: {reason}")
         for name, text in (("uid_map", f"0 {uid} 1\n"), ("setgroups", "deny"), ("gid_map", f"0 {uid} 1\n")):
-            with open(f"/proc/{pid}/{name}", "w") as handle:
+            with open(f"/proc/{holder.pid}/{name}", "w") as handle:
                 handle.write(text)
-        fd = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(f"/proc/{holder.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
     finally:
-        os.close(ready_read)
-        os.close(hold_write)
-        os.waitpid(pid, 0)
+        holder.stdin.close()
+        holder.stdout.close()
+        holder.wait()
     _USERNS[uid] = fd
     while len(_USERNS) > _USERNS_KEEP:
         os.close(_USERNS.popitem(last=False)[1])
