@@ -67,7 +67,7 @@ def crossed_draws(
     """(mean, bootstrap draws of the mean) of values kept per (task, harness) cell, resampling tasks
     and harnesses independently (Owen's pigeonhole bootstrap for crossed factors). Each draw weighs a
     cell by (times its task was drawn) x (times its harness was drawn); a draw whose picks hold no
-    episode at all is drawn again from the others (it cannot happen when every task met every harness)."""
+    episode at all is dropped (it cannot happen when every task met every harness)."""
     tasks = sorted({task for task, _ in cells})
     harnesses = sorted({harness for _, harness in cells})
     task_index = {t: i for i, t in enumerate(tasks)}
@@ -92,6 +92,16 @@ def crossed_draws(
     return estimate, numerators[valid] / denominators[valid]
 
 
+def outcome_cells(records: Sequence[Mapping[str, Any]], value: str = "passed") -> dict[tuple[str, str], list[float]]:
+    """``value`` of each record per (task, harness) cell, what :func:`crossed_draws` resamples; for
+    ``passed`` an errored episode counts as a failure."""
+    cells: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for record in records:
+        score = float(succeeded(record) if value == "passed" else record[value])
+        cells[(record["task_id"], str(record.get("harness", "")))].append(score)
+    return cells
+
+
 def cluster_bootstrap(
     records: Sequence[Mapping[str, Any]],
     value: str = "passed",
@@ -102,10 +112,7 @@ def cluster_bootstrap(
 ) -> tuple[float, float, float]:
     """(mean, low, high) of ``value`` over records, with tasks and harnesses resampled as crossed
     clusters (:func:`crossed_draws`). For ``passed`` an errored episode counts as a failure."""
-    cells: dict[tuple[str, str], list[float]] = defaultdict(list)
-    for record in records:
-        score = float(succeeded(record) if value == "passed" else record[value])
-        cells[(record["task_id"], str(record.get("harness", "")))].append(score)
+    cells = outcome_cells(records, value)
     if not cells:
         return float("nan"), float("nan"), float("nan")
     estimate, draws = crossed_draws(cells, resamples=resamples, rng=np.random.default_rng(seed))
@@ -589,14 +596,13 @@ def compare_results(
         keys = [k for k in shared if klass == "all" or ua[k][0] == klass]
         if not keys:
             continue
-        diffs = np.array([ub[k][1] - ua[k][1] for k in keys])
-        _, stats = crossed_draws(
+        difference, stats = crossed_draws(
             {(task, harness): [ub[(harness, task)][1] - ua[(harness, task)][1]] for harness, task in keys},
             resamples=resamples,
             rng=rng,
         )
         out[klass] = {
-            "difference": float(diffs.mean()),
+            "difference": difference,
             "ci95": [float(np.quantile(stats, 0.025)), float(np.quantile(stats, 0.975))],
             "units": len(keys),
             "a": float(np.mean([ua[k][1] for k in keys])),

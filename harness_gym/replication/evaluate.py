@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from harness_gym.agents.huggingface import HFAgent
-from harness_gym.bench.report import cluster_bootstrap, crossed_draws, succeeded, summarize
+from harness_gym.bench.report import cluster_bootstrap, crossed_draws, outcome_cells, summarize
 from harness_gym.bench.runner import BenchRunner, HarnessChoice
 from harness_gym.records import load_records
 from harness_gym.space import BASE_CONFIG
@@ -134,16 +134,10 @@ def gap_interval(
     held-out group's configurations too); errors count as failures."""
     rng = np.random.default_rng(seed)
 
-    def draws(records: Sequence[Mapping[str, Any]]) -> tuple[float, Any]:
-        cells: dict[tuple[str, str], list[float]] = {}
-        for record in records:
-            cells.setdefault((record["task_id"], record["harness"]), []).append(float(succeeded(record)))
-        return crossed_draws(cells, resamples=resamples, rng=rng)
-
     if not base or not heldout:
         return {"base": float("nan"), "heldout": float("nan"), "gap": float("nan"), "ci95": [float("nan")] * 2}
-    base_mean, base_draws = draws(base)
-    heldout_mean, heldout_draws = draws(heldout)
+    base_mean, base_draws = crossed_draws(outcome_cells(base), resamples=resamples, rng=rng)
+    heldout_mean, heldout_draws = crossed_draws(outcome_cells(heldout), resamples=resamples, rng=rng)
     size = min(len(base_draws), len(heldout_draws))
     gaps = base_draws[:size] - heldout_draws[:size]
     return {
