@@ -31,7 +31,7 @@ from harness_gym.agents.huggingface import default_model
 from harness_gym.env import HarnessEnv
 from harness_gym.tasks import Task, load_tasks
 from trainers.engines import SamplingParams, ScriptedEngine
-from trainers.requests import ExecutorSettings, RolloutRequest
+from trainers.executor_settings import ExecutorSettings, RolloutRequest
 from trainers.rollout import HarnessAgentExecutor
 
 CONFIGS = ("S0T0O0C0W0", "S1T2O0C1W2", "S2T1O2C2W1")

@@ -51,7 +51,7 @@ from harness_gym.design import TRAINING_SET, build_schedule, heldout_set, traini
 from harness_gym.episode import Episode, run_suite
 from harness_gym.export import add_export_parser
 from harness_gym.model_export import export_model
-from harness_gym.serve import ModelServer
+from harness_gym.model_server import ModelServer
 from harness_gym.space import HarnessConfig, all_configs, neighbours
 from harness_gym.tasks import load_tasks, validate_suite
 from harness_gym.tasks.audit import audit, load_exploits

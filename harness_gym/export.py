@@ -33,7 +33,7 @@ from harness_gym.chat import chat_messages
 from harness_gym.env import make_env
 from harness_gym.errors import HarnessSpecError
 from harness_gym.records import read_trajectory, resolve_harnesses
-from harness_gym.requests import RolloutRequest, resolve_harness
+from harness_gym.rollout_requests import RolloutRequest, resolve_harness
 from harness_gym.tasks import load_tasks
 
 DATASOURCE = "harness-gym"

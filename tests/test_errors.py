@@ -17,7 +17,7 @@ MODULES = (
     "harness_gym.evolution",
     "harness_gym.integrations.base",
     "harness_gym.llm_client",
-    "harness_gym.requests",
+    "harness_gym.rollout_requests",
     "harness_gym.sandboxes.base",
     "harness_gym.sandboxes.options",
     "harness_gym.spec",
@@ -67,7 +67,7 @@ def test_every_error_class_is_a_harness_gym_error() -> None:
         ("harness_gym.agents.base", "ContextOverflow", "AgentError", RuntimeError),
         ("harness_gym.bench.runner", "BenchAborted", "BenchError", RuntimeError),
         ("harness_gym.bench.runner", "ManifestMismatch", "BenchError", ValueError),
-        ("harness_gym.requests", "RolloutError", "RolloutError", ValueError),
+        ("harness_gym.rollout_requests", "RolloutError", "RolloutError", ValueError),
     ],
 )
 def test_old_names_keep_their_base_and_join_a_family(module: str, name: str, family: str, builtin: type) -> None:

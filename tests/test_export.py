@@ -14,7 +14,7 @@ from harness_gym.cli import main
 from harness_gym.env import HarnessEnv
 from harness_gym.export import sft_rows
 from harness_gym.records import write_trajectory
-from harness_gym.requests import RolloutRequest
+from harness_gym.rollout_requests import RolloutRequest
 
 pytestmark = requires_bwrap
 TASK = "workspace-sort-unique"

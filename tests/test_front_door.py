@@ -97,7 +97,7 @@ def test_a_bad_reference_is_a_harness_spec_error_listing_what_is_accepted(ref, m
 
 def test_every_front_door_takes_the_same_references(tmp_path):
     """env, make_env, rollout requests and bench selection all go through Harness.resolve."""
-    from harness_gym.requests import RolloutError, resolve_harness
+    from harness_gym.rollout_requests import RolloutError, resolve_harness
 
     reference = "harness_gym/HarnessAdapt-H1-v0"
     expected = Harness.resolve(reference).spec_hash

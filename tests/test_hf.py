@@ -27,8 +27,8 @@ from harness_gym.agents.factory import check_agent, make_agent
 from harness_gym.agents.huggingface import load_model
 from harness_gym.bench import BenchRunner, load_records, read_trajectory, resolve_harnesses
 from harness_gym.cli import main
+from harness_gym.model_server import ModelServer
 from harness_gym.prompting import template_renders_tools
-from harness_gym.serve import ModelServer
 
 pytestmark = requires_bwrap
 

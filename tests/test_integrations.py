@@ -49,7 +49,7 @@ def test_every_aspect_has_a_case_and_a_decision_per_library():
 
 
 def _arguments(harness: Any) -> dict[str, Any]:
-    from harness_gym.requests import harness_env_arguments
+    from harness_gym.rollout_requests import harness_env_arguments
 
     return harness_env_arguments(harness)
 

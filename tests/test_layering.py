@@ -51,7 +51,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "harness_gym.registration",
             "harness_gym.records",
             "harness_gym.chat",
-            "harness_gym.requests",
+            "harness_gym.rollout_requests",
             "harness_gym",  # the package itself: registers the environments
         ),
     ),
@@ -65,7 +65,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "harness_gym.skills",
             "harness_gym.export",
             "harness_gym.integrations",
-            "harness_gym.serve",
+            "harness_gym.model_server",
             "harness_gym.model_export",
             "harness_gym.doctor",
             "harness_gym.env_server",

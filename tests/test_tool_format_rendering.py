@@ -23,7 +23,7 @@ from harness_gym.tool_formats import (
     tools_block,
 )
 from harness_gym.tool_formats.models import TABLE, load_table
-from trainers.requests import ExecutorSettings
+from trainers.executor_settings import ExecutorSettings
 
 TOOLS = [
     {

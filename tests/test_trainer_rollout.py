@@ -25,7 +25,7 @@ from harness_gym.factors import compile_config
 from harness_gym.prompting import text_messages
 from harness_gym.tasks import load_tasks
 from trainers.engines import SamplingParams, ScriptedEngine, TransformersEngine
-from trainers.requests import ExecutorSettings, RolloutError, RolloutRequest
+from trainers.executor_settings import ExecutorSettings, RolloutError, RolloutRequest
 from trainers.rollout import HarnessAgentExecutor
 from trainers.turns import ChatTurns, TemplateError
 

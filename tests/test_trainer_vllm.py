@@ -45,7 +45,7 @@ def test_executor_rollouts_on_vllm(smollm_folder):
 
     from harness_gym.tasks import load_tasks
     from trainers.engines import VLLMEngine
-    from trainers.requests import ExecutorSettings, RolloutRequest
+    from trainers.executor_settings import ExecutorSettings, RolloutRequest
     from trainers.rollout import HarnessAgentExecutor
 
     tokenizer = AutoTokenizer.from_pretrained(smollm_folder)

@@ -38,7 +38,7 @@ from harness_gym.design import build_schedule, training_set
 from harness_gym.export import rollout_seed
 from harness_gym.records import resolve_harnesses
 from harness_gym.tasks import load_tasks
-from trainers.requests import RolloutRequest, resolve_harness
+from trainers.executor_settings import RolloutRequest, resolve_harness
 
 DATASOURCE = "harness-gym"
 

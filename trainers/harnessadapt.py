@@ -42,9 +42,9 @@ from harness_gym.records import load_records
 from harness_gym.skills import SkillTeacher, skills_from_rollouts
 from harness_gym.spec import save_spec, spec_hash, strip_skills
 from harness_gym.tasks import Task, load_tasks
+from trainers.executor_settings import resolve_harness
 from trainers.launch_plan import LaunchPlan, plan, write_datasets
 from trainers.metrics import training_metrics
-from trainers.requests import resolve_harness
 
 Policy = Callable[[], Any]
 PolicyServing = Callable[[str], contextlib.AbstractContextManager[Policy]]

@@ -20,8 +20,8 @@ import yaml
 from harness_gym import doctor
 from harness_gym.errors import HarnessGymError
 from trainers.dataset import build, write_dataset
+from trainers.executor_settings import SETTINGS_ENV, ExecutorSettings
 from trainers.openrlhf_args import check_flags, openrlhf_parser, to_argv
-from trainers.requests import SETTINGS_ENV, ExecutorSettings
 
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
 REPO_ROOT = Path(__file__).resolve().parent.parent

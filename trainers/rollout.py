@@ -43,7 +43,7 @@ from harness_gym.metrics import tool_calls_by_format
 from harness_gym.prompting import text_messages
 from harness_gym.records import ResultsFile
 from harness_gym.tool_formats import format_for_model
-from trainers.requests import ExecutorSettings, RolloutError, RolloutRequest, resolve_harness, suite_tasks
+from trainers.executor_settings import ExecutorSettings, RolloutError, RolloutRequest, resolve_harness, suite_tasks
 from trainers.turns import ChatTurns
 
 # --------------------------------------------------------------------------- the environment side

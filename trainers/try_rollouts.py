@@ -23,7 +23,7 @@ from typing import Any
 
 from harness_gym.agents.huggingface import load_model
 from trainers.engines import SamplingParams, TransformersEngine, VLLMEngine
-from trainers.requests import ExecutorSettings
+from trainers.executor_settings import ExecutorSettings
 from trainers.rollout import HarnessAgentExecutor
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from harness_gym.env import HarnessEnv
 from harness_gym.env import make_env as build_env
 from harness_gym.errors import HarnessSpecError
-from harness_gym.requests import resolve_harness
+from harness_gym.rollout_requests import resolve_harness
 from harness_gym.tasks import Task
 
 LIBRARIES = ("trl", "verifiers", "skyrl", "gem")

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass
 
 # the label format lives in harness_gym (export and the RL-library adapters share it); re-exported here
-from harness_gym.requests import (  # noqa: F401
+from harness_gym.rollout_requests import (  # noqa: F401
     LABEL_VERSION,
     RolloutError,
     RolloutRequest,
