@@ -199,3 +199,37 @@ def test_state_folder_is_private_and_fixed(tmp_path, monkeypatch):
     os.chmod(hostile, 0o777)
     with pytest.raises(PermissionError):
         isolation._private_dir(hostile)
+
+
+@pytest.mark.skipif(not isolation.is_root(), reason="dedicated uids are leased only as root")
+@pytest.mark.parametrize("entry_format", ["{uid}", "{uid}:0123456789abcdef"])
+def test_reclaiming_a_dead_owner_never_kills_a_live_tenant_of_its_uid(entry_format):
+    """A dead owner's registry names a uid that a live process has leased since: the crash-recovery
+    pass must leave that tenant alone (it killed it with ``pkill -U uid`` before lease generations)."""
+    tenant = _run(HOLD_A_SANDBOX)
+    uid = tenant.stdout.readline().strip()
+    assert uid.isdigit()
+    dead_pid = 2**22 + 29  # above pid_max: never a live process
+    log = isolation.state_dir() / "owners" / f"{dead_pid}-1.log"
+    log.write_text(f"+uid {entry_format.format(uid=uid)}\n+uid not-a-uid:zz\n+uid 12\n")
+    try:
+        reclaimed = isolation.reclaim_dead_owners()
+    finally:
+        log.unlink(missing_ok=True)
+    assert sum("cannot read" in line for line in reclaimed) == 2, reclaimed  # reported, not a crash
+    out, _ = tenant.communicate("\n", timeout=60)
+    assert out.strip() == "still-here"
+
+
+@pytest.mark.skipif(not isolation.is_root(), reason="dedicated uids are leased only as root")
+def test_registry_records_the_lease_generation():
+    box = BubblewrapSandbox()
+    box.start(box.new_workspace(), "/workspace")
+    try:
+        entries = isolation.read_registry(isolation.registry().path.read_text())["uid"]
+        lease = box._lease
+        assert lease is not None and lease.generation
+        assert f"{box.uid}:{lease.generation}" in entries
+        assert lease.recorded()["generation"] == lease.generation
+    finally:
+        box.close()

@@ -187,7 +187,7 @@ class BubblewrapSandbox(ShellSandbox):
             if previous is None:
                 _uid_cursor += 1
             self._previous_uid = self._lease.uid
-            isolation.registry().add("uid", self._lease.uid)
+            isolation.registry().add("uid", self._lease.token)
             if self._layer is not None and not os.path.ismount(self.workspace):
                 layers.mount(self.workspace, self._layer, self._lease.uid)
             else:
@@ -413,7 +413,7 @@ class BubblewrapSandbox(ShellSandbox):
         self._cgroups = []
         if self._lease is not None:
             self._lease.release()  # the pid namespace and cgroups are gone: nothing of this uid runs
-            isolation.registry().discard("uid", self._lease.uid)
+            isolation.registry().discard("uid", self._lease.token)
             self._lease = None
         if self._control is not None:
             isolation.registry().discard("dir", self._control)
@@ -459,7 +459,7 @@ def _finalize(state: dict[str, Any]) -> None:
     if lease is not None:
         isolation.kill_uid(lease.uid)
         lease.release()
-        isolation.registry().discard("uid", lease.uid)
+        isolation.registry().discard("uid", lease.token)
     if state.get("control") is not None:
         isolation.registry().discard("dir", state["control"])
     for key in ("control", "workspace"):

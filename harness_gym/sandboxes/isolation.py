@@ -22,6 +22,7 @@ import fcntl
 import functools
 import json
 import os
+import secrets
 import shutil
 import signal
 import stat
@@ -312,8 +313,8 @@ def dead_owner_logs() -> list[Path]:
 def reclaim(items: Mapping[str, list[str]]) -> list[str]:
     """Kill, remove and unmount the recorded resources of a dead owner."""
     done = []
-    for uid in items.get("uid", []):
-        kill_uid(int(uid))
+    for entry in items.get("uid", []):
+        done += reclaim_uid(entry)
     for group in items.get("cgroup", []):
         if Path(group).exists():
             remove_cgroup(Path(group))
@@ -341,10 +342,16 @@ def die_with_parent() -> None:
 @dataclass
 class UidLease:
     """Exclusive use of one host uid, held by an flock in the host-wide state folder for the
-    sandbox's lifetime (across processes, whatever their ``TMPDIR``)."""
+    sandbox's lifetime (across processes, whatever their ``TMPDIR``).
+
+    Each acquisition mints a ``generation`` written into the lock file; the owner's registry records
+    ``uid:generation`` (:attr:`token`), so a crash-recovery pass kills a uid's processes only while
+    the lock file still names the dead owner's generation and nobody holds the lock: a uid leased
+    again since by a live process is never touched."""
 
     uid: int
     handle: int
+    generation: str = ""
 
     @classmethod
     def acquire(cls, start: int = 0) -> UidLease:
@@ -359,34 +366,80 @@ class UidLease:
                 continue
             lease = cls(uid, handle)
             lease.reclaim()
+            lease.generation = secrets.token_hex(8)
+            lease.record()
             return lease
         raise RuntimeError(f"all {UID_COUNT} sandbox uids are in use")
+
+    @property
+    def token(self) -> str:
+        """What the owner's registry records for this lease: ``uid:generation``."""
+        return f"{self.uid}:{self.generation}"
 
     def record(self, **resources: str | list[str] | None) -> None:
         """Remember what this lease created, so a later owner can clean up after a crash."""
         os.ftruncate(self.handle, 0)
-        os.pwrite(self.handle, json.dumps(resources).encode(), 0)
+        os.pwrite(self.handle, json.dumps({"generation": self.generation, **resources}).encode(), 0)
 
-    def reclaim(self) -> None:
-        """Clean up what a crashed previous holder of this uid left behind."""
+    def recorded(self) -> dict[str, Any]:
+        """What the lock file says (the last holder's generation and resources)."""
         try:
             data = json.loads(os.pread(self.handle, 65536, 0) or b"{}")
         except (OSError, ValueError):
-            data = {}
-        if not any(data.values()):
-            return  # released cleanly
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def reclaim(self) -> list[str]:
+        """Clean up what a crashed previous holder of this uid left behind; a line per thing done."""
+        data = self.recorded()
+        if not any(value for key, value in data.items() if key != "generation"):
+            return []  # released cleanly
         kill_uid(self.uid)
+        done = [f"killed what was left of uid {self.uid}"]
         for group in data.get("cgroups") or []:
-            remove_cgroup(Path(group))
+            if Path(group).exists():
+                remove_cgroup(Path(group))
+                done.append(f"removed cgroup {group}")
         for key in ("workspace", "control"):
-            if data.get(key):
+            if data.get(key) and (Path(data[key]).exists() or os.path.ismount(data[key])):
                 release_workspace(Path(data[key]))
+                done.append(f"removed {data[key]}")
+        self.generation = ""
         self.record()
+        return done
 
     def release(self) -> None:
         with contextlib.suppress(OSError):
+            self.generation = ""
             self.record()
             os.close(self.handle)
+
+
+def reclaim_uid(entry: str) -> list[str]:
+    """Reclaim one ``uid`` registry entry of a dead owner (``uid:generation``; a bare ``uid`` from an
+    older release), keyed to the lease generation: nothing is killed unless the uid's lock is free
+    and its file still names that generation with resources unreleased. Returns what was done."""
+    number, _, generation = entry.partition(":")
+    if not number.isdigit() or not UID_BASE <= int(number) < UID_BASE + UID_COUNT:
+        return [f"skipped a uid entry this release cannot read or that is outside its pool: {entry!r}"]
+    uid = int(number)
+    try:
+        handle = os.open(lock_dir() / f"{uid}.lock", os.O_RDWR)
+    except FileNotFoundError:
+        return []
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return []  # leased again by a live process: its lease, not ours to reclaim
+        lease = UidLease(uid, handle)
+        data = lease.recorded()
+        if generation and data.get("generation") != generation:
+            return []  # leased (and released or crashed) by someone else since: their registry covers it
+        lease.generation = str(data.get("generation") or "")
+        return lease.reclaim()
+    finally:
+        os.close(handle)
 
 
 def kill_uid(uid: int) -> None:
