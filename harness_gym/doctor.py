@@ -43,7 +43,7 @@ def run_checks(workers: int = 1, docker: bool | None = None, clean: bool = False
         checks.append(_clean())
     checks += [_state_folder(), _leftovers(), _bubblewrap()]
     checks += _sandbox_and_limits()
-    checks += [_disk(workers), _memory(workers), _processes(workers), _worlds()]
+    checks += [_disk(workers), _memory(workers), _processes(workers), _worlds(), _external()]
     if docker is not False:
         checks.append(_docker(required=bool(docker)))
     return checks
@@ -195,6 +195,24 @@ def _worlds() -> Check:
         return Check("worlds", OK, f"built: {built or 'none'}")
 
     return _guard("worlds", run)
+
+
+def _external() -> Check:
+    """Real agent CLIs (``harness-gym external install``) installed on this machine; a missing one
+    only stops the runs that use it."""
+
+    def run() -> Check:
+        from harness_gym.external.install import list_installs
+
+        rows = list_installs()
+        done = sorted({r["id"] for r in rows if r["installed"]})
+        missing = sorted({r["id"] for r in rows if not r["installed"]})
+        detail = f"installed: {done or 'none'}"
+        if missing:
+            detail += f"; not installed: {missing} (`harness-gym external install NAME`)"
+        return Check("external CLIs", OK, detail)
+
+    return _guard("external CLIs", run)
 
 
 def _docker(required: bool) -> Check:
