@@ -144,6 +144,7 @@ def _episode(
     completed = False
     output = ""
     cli_s = 0.0
+    launched = time.time()
     try:
         workspace = sandbox.new_workspace()
         task.materialize(workspace)
@@ -185,7 +186,9 @@ def _episode(
         sandbox.close()
     if error is None and graded is not None and graded.error:
         error = ("grader", f"grader: {graded.error}")
-    record = _record(spec, base, channel, transcript, graded, error, started, cli_s, grade_s, exit_code, completed, output)
+    record = _record(
+        spec, base, channel, transcript, graded, error, (started, launched), cli_s, grade_s, exit_code, completed, output
+    )
     return ExternalEpisode(record, transcript, [r.to_json() for r in channel.records])
 
 
@@ -372,7 +375,7 @@ def _record(
     transcript: Sequence[Mapping[str, Any]],
     graded: Any,
     error: tuple[str, str] | None,
-    started: float,
+    times: tuple[float, float],
     cli_s: float,
     grade_s: float,
     exit_code: int | None,
@@ -386,6 +389,7 @@ def _record(
     by_role: dict[str, int] = {}
     for call in calls:
         by_role[call["role"]] = by_role.get(call["role"], 0) + 1
+    started, launched = times
     first = min((r.started for r in records), default=None)
     reward = 0.0 if error or graded is None else float(graded.reward)
     prompt = sum(r.policy_reply.prompt_tokens for r in records if r.policy_reply is not None)
@@ -414,7 +418,7 @@ def _record(
             "episode_s": time.time() - started,
             "agent_s": sum(max(r.ended - r.started, 0.0) for r in agent),
             "cli_s": cli_s,
-            "startup_s": (first - started) if first is not None else None,
+            "startup_s": (first - launched) if first is not None else None,  # start to first request
             "grade_s": grade_s,
         },
         "error": error[1] if error else None,
