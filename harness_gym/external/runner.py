@@ -35,6 +35,7 @@ SOCKET_NAME = "proxy.sock"
 WORK_DIR = "/tmp/.harness-gym-external"  # the runner's own files inside the sandbox (forwarder, output)
 PORT = 41789
 DEFAULT_MAX_TURNS = 30
+SIDE_REQUESTS = 5  # requests a rollout may make beyond its agent turns (titles, token counts)
 DEFAULT_WALL_S = 900.0
 OUTPUT_TAIL_CHARS = 20_000
 _EXIT_MARK = "__HG_EXTERNAL_EXIT="
@@ -84,7 +85,8 @@ def run_external_episode(
         "spec_hash": spec.digest,
     }
     with _proxy_for(proxy) as (model_proxy, socket_folder):
-        channel = model_proxy.open_rollout(policy, max_requests=max_turns * 3 + 10, max_tokens=max_tokens)
+        # the proxy refuses requests past the turns and a few side requests at once; the watch then kills
+        channel = model_proxy.open_rollout(policy, max_requests=max_turns + SIDE_REQUESTS, max_tokens=max_tokens)
         try:
             return _episode(spec, install, task, channel, socket_folder, base, started, max_turns, wall_s,
                             sandbox_options)
@@ -210,7 +212,7 @@ class _Watch:
             self._thread.join(timeout=5)
 
     def _loop(self) -> None:
-        while not self._done.wait(0.1):
+        while not self._done.wait(0.05):
             reason = self.channel.exceeded
             if reason is None and self.channel.agent_turns > self.max_turns:
                 reason = f"more than {self.max_turns} agent turns"
