@@ -92,6 +92,14 @@ def run_one(
         "seed": plan.seed,
         "role": plan.role,
     }
+    if plan.harness.klass == "external":  # a real agent CLI (issue 26): its own runner, the same record
+        from harness_gym.external.bench import run_external_plan
+
+        try:
+            task_list = load_tasks(tasks) if isinstance(tasks, str) else list(tasks)
+        except Exception as exc:
+            return {**base, "reward": 0.0, "passed": False, "outcome": "error", "error": str(exc), "error_kind": "env"}
+        return run_external_plan(plan, agent_factory, task_list, env_options, trajectory_dir)
     try:
         try:
             task_list = load_tasks(tasks) if isinstance(tasks, str) else list(tasks)

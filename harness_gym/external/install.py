@@ -132,14 +132,20 @@ def install(reference: str | ExternalCli, *, force: bool = False, progress: Prog
 
 
 def _install_npm(cli: ExternalCli, folder: Path, progress: Progress) -> None:
+    """``npm install`` into the tree; a CLI with its own Node gets that Node first, then is installed
+    with it first on PATH (OpenClaw's install scripts refuse an older Node)."""
     npm = shutil.which("npm")
     if npm is None:
         raise ExternalInstallError(f"{cli.id}: npm is not on PATH (install Node.js and npm, then {install_command(cli)})")
+    common = [npm, "install", "--prefix", str(folder), "--no-audit", "--no-fund", "--no-save", "--omit=dev"]
+    env = dict(os.environ)
+    if "node" in cli.package:
+        _stream([*common, f"node@{cli.package['node']}"], progress, what=f"npm install of Node for {cli.id}")
+        env["PATH"] = f"{folder / 'node_modules' / '.bin'}:{env.get('PATH', '')}"
     packages = [f"{cli.package['name']}@{cli.version}", *cli.package.get("extra", [])]
     if "node" in cli.package:
-        packages.append(f"node@{cli.package['node']}")  # the CLI's own Node, first on its PATH
-    argv = [npm, "install", "--prefix", str(folder), "--no-audit", "--no-fund", "--no-save", "--omit=dev", *packages]
-    _stream(argv, progress, what=f"npm install for {cli.id}")
+        packages.append(f"node@{cli.package['node']}")  # kept in the same tree
+    _stream([*common, *packages], progress, what=f"npm install for {cli.id}", env=env)
 
 
 def _install_pip(cli: ExternalCli, folder: Path, progress: Progress) -> None:
