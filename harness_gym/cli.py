@@ -416,7 +416,9 @@ def _cmd_external(args: argparse.Namespace) -> int:
         for row in external_install.list_installs():
             size = "" if row["size_mb"] is None else f"{row['size_mb']:.0f}"
             installed = "yes" if row["installed"] else "no"
-            print(f"{row['id']:<27} {row['version']:<10} {row['wire_api']:<9} {installed:<9} {size:>8}  {row['package']}")
+            print(
+                f"{row['id']:<27} {row['version']:<10} {row['wire_api']:<9} {installed:<9} {size:>8}  {row['package']}"
+            )
         return 0
     if not args.names:
         raise ValueError(f"'external {args.action}' needs at least one CLI name (see `harness-gym external list`)")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import requires_bwrap
 
 from harness_gym.external import install as external_install
 from harness_gym.external.catalog import ExternalCliError, load_cli, shipped_clis, validate_cli
@@ -29,7 +30,6 @@ from harness_gym.external.policies import DoNothingPolicy, PolicyReply, Scripted
 from harness_gym.external.runner import SIDE_REQUESTS, ExternalEpisode, run_external_episode
 from harness_gym.tasks import load_tasks
 from harness_gym.tasks.base import Task
-from conftest import requires_bwrap
 
 LIGHT = ("claude-code", "claude-code-bare", "codex", "gemini-cli", "qwen-code", "mini-swe-agent")
 HEAVY = ("openclaw", "opencode", "openhands")
@@ -99,14 +99,19 @@ def test_an_invalid_cli_file_names_each_problem() -> None:
 
 
 def test_rendering_fills_placeholders_once_and_keeps_config_braces() -> None:
-    values = {k: f"<{k}>" for k in ("task", "model", "max_turns", "origin", "api_key", "home", "workspace", "install", "entry")}
+    values = {
+        k: f"<{k}>"
+        for k in ("task", "model", "max_turns", "origin", "api_key", "home", "workspace", "install", "entry")
+    }
     values["task"] = "print {model} literally"  # a task's own braces are not placeholders
     codex = load_cli("external:codex").render(values)
     assert codex["argv"][-1] == "print {model} literally"
     assert 'base_url = "<origin>/v1"' in codex["files"][".codex/config.toml"]
     opencode = load_cli("external:opencode").render(values)
     config = json.loads(opencode["env"]["OPENCODE_CONFIG_CONTENT"])
-    assert config["provider"]["harness-gym"]["models"] == {"<model>": {"tool_call": True, "limit": {"context": 131072, "output": 8192}}}
+    assert config["provider"]["harness-gym"]["models"] == {
+        "<model>": {"tool_call": True, "limit": {"context": 131072, "output": 8192}}
+    }
 
 
 # ---------------------------------------------------------------------------- installs
@@ -216,7 +221,9 @@ def test_a_cli_that_never_calls_the_model_is_an_error(fake_cli: Any, task: Task)
 
 @requires_bwrap
 def test_a_cli_that_floods_the_model_is_killed_as_a_budget_error(fake_cli: Any, task: Task) -> None:
-    reply = PolicyReply(tool_calls=[{"id": "c", "name": "bash", "arguments": '{"command": "true"}'}], finish_reason="tool_calls")
+    reply = PolicyReply(
+        tool_calls=[{"id": "c", "name": "bash", "arguments": '{"command": "true"}'}], finish_reason="tool_calls"
+    )
     started = time.monotonic()
     episode = run_external_episode(fake_cli("flood"), task, ScriptedPolicy([reply] * 1000), max_turns=5, wall_s=300)
     assert time.monotonic() - started < 120  # killed on the budget, not at the wall clock
@@ -313,3 +320,52 @@ def test_the_install_tree_is_read_only_for_the_sandbox_uid() -> None:
             assert os.access(entry, os.X_OK) and shutil.which(str(entry)) is not None
             return
     pytest.skip("no light CLI installed")
+
+
+@requires_bwrap
+def test_describe_measures_the_harness_from_its_first_request() -> None:
+    _require_installed("claude-code-bare")
+    from harness_gym.external.describe import describe_cli
+
+    described = describe_cli("external:claude-code-bare")
+    assert described["tools"] == ["Bash", "Edit", "Read"] and described["tool_count"] == 3
+    assert 0 < described["system_prompt_chars"] < 2000  # --bare: a minimal harness
+    assert "harness-gym-describe-marker" in described["observation_sample"]
+    assert described["roles"]["Bash"] == "shell"
+
+
+@requires_bwrap
+def test_bench_runs_real_clis_as_class_external(tmp_path: Path) -> None:
+    _require_installed("claude-code")
+    out = tmp_path / "bench"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness_gym.cli",
+            "bench",
+            "--agent",
+            "reference",
+            "--configs",
+            "external:claude-code",
+            "--tasks",
+            "builtin",
+            "--task-count",
+            "1",
+            "--runs",
+            "1",
+            "--calibration",
+            "null",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    by_role = {r["role"]: r for r in records}
+    assert {r["class"] for r in records} == {"external"} and set(by_role) == {"model", "null"}
+    assert by_role["model"]["reward"] == 1.0 and by_role["null"]["reward"] == 0.0  # file_editor steps replayed too
+    assert "| external |" in (out / "report.md").read_text()

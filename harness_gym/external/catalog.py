@@ -27,8 +27,14 @@ PREFIX = "external:"
 PLACEHOLDERS = ("task", "model", "max_turns", "origin", "api_key", "home", "workspace", "install", "entry")
 _PLACEHOLDER = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
 # the canonical tool name graders read, by role (a role without one keeps the CLI's own name)
-CANONICAL_BY_ROLE = {"shell": "execute_bash", "edit": "file_editor", "read": "read_file", "view": "read_file",
-                     "search": "search", "finish": "finish"}
+CANONICAL_BY_ROLE = {
+    "shell": "execute_bash",
+    "edit": "file_editor",
+    "read": "read_file",
+    "view": "read_file",
+    "search": "search",
+    "finish": "finish",
+}
 
 
 class ExternalCliError(HarnessSpecError):
@@ -141,9 +147,9 @@ def validate_cli(data: Any, source: str = "<cli>") -> ExternalCli:
     lines = [f"  at {e.json_path}: {e.message}" for e in errors[:10]]
     lines += [f"  at {path}: {value!r} is not a finite number" for path, value in non_finite_numbers(data)]
     if not lines:
-        unknown = sorted({m.group(0) for m in re.finditer(r"\{[a-z_]+\}", json.dumps(data))} - {
-            "{" + p + "}" for p in PLACEHOLDERS
-        })
+        unknown = sorted(
+            {m.group(0) for m in re.finditer(r"\{[a-z_]+\}", json.dumps(data))} - {"{" + p + "}" for p in PLACEHOLDERS}
+        )
         lines += [f"  unknown placeholder {u}; known: {', '.join(PLACEHOLDERS)}" for u in unknown]
         shell, _ = data["shell_tool"]["name"], None
         if data["tool_roles"].get(shell) != "shell":
@@ -189,4 +195,3 @@ def load_cli(reference: str | ExternalCli) -> ExternalCli:
         return load_cli_file(name)
     known = ", ".join(PREFIX + n for n in clis)
     raise ExternalCliError(f"unknown external CLI {reference!r}; known: {known}")
-

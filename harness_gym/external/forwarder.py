@@ -9,7 +9,7 @@ import asyncio
 import sys
 
 
-async def _pipe(reader, writer):
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
         while True:
             data = await reader.read(65536)
@@ -23,7 +23,7 @@ async def _pipe(reader, writer):
         writer.close()
 
 
-async def _handle(client_reader, client_writer):
+async def _handle(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
     try:
         upstream_reader, upstream_writer = await asyncio.open_unix_connection(SOCKET)
     except OSError:
@@ -34,7 +34,7 @@ async def _handle(client_reader, client_writer):
     upstream_writer.close()
 
 
-async def _main():
+async def _main() -> None:
     server = await asyncio.start_server(_handle, HOST, PORT)
     with open(READY, "w") as ready:
         ready.write("ready\n")

@@ -25,6 +25,8 @@ from typing import Any
 from harness_gym.errors import SandboxError
 from harness_gym.external.catalog import ExternalCli, load_cli, shipped_clis
 from harness_gym.paths import cache_dir
+from harness_gym.worlds import _make_writable, _size_mb
+from harness_gym.worlds import _remove as _remove_path
 
 MANIFEST = "install.json"
 SYSTEM_EXTERNAL_DIR = Path("/var/cache/harness-gym/external")
@@ -121,7 +123,7 @@ def install(reference: str | ExternalCli, *, force: bool = False, progress: Prog
         manifest = {
             "key": cli.install_key,
             "package": dict(cli.package),
-            "size_mb": round(_size_bytes(folder) / 2**20, 1),
+            "size_mb": _size_mb(folder),
             "install_s": round(time.monotonic() - started, 1),
             "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
@@ -136,7 +138,9 @@ def _install_npm(cli: ExternalCli, folder: Path, progress: Progress) -> None:
     with it first on PATH (OpenClaw's install scripts refuse an older Node)."""
     npm = shutil.which("npm")
     if npm is None:
-        raise ExternalInstallError(f"{cli.id}: npm is not on PATH (install Node.js and npm, then {install_command(cli)})")
+        raise ExternalInstallError(
+            f"{cli.id}: npm is not on PATH (install Node.js and npm, then {install_command(cli)})"
+        )
     common = [npm, "install", "--prefix", str(folder), "--no-audit", "--no-fund", "--no-save", "--omit=dev"]
     env = dict(os.environ)
     if "node" in cli.package:
@@ -187,17 +191,6 @@ def _stream(argv: Sequence[str], progress: Progress, *, what: str, env: dict[str
         raise ExternalInstallError(f"{what} failed (exit {done.returncode}):\n{tail}")
 
 
-def _size_bytes(folder: Path) -> int:
-    total = 0
-    for root, _dirs, files in os.walk(folder):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                pass
-    return total
-
-
 def _make_read_only(folder: Path) -> None:
     """Everyone may read and enter, no one but root may write (the sandbox uid is not root)."""
     for root, dirs, files in os.walk(folder):
@@ -210,12 +203,7 @@ def _make_read_only(folder: Path) -> None:
 
 
 def _remove(folder: Path) -> None:
-    if not folder.exists():
-        return
-    for root, dirs, _files in os.walk(folder):
-        for name in dirs:
-            path = os.path.join(root, name)
-            if not os.path.islink(path):
-                os.chmod(path, 0o755)
-    folder.chmod(0o755)
-    shutil.rmtree(folder)
+    """Delete a tree (read-only folders made writable first)."""
+    if folder.exists():
+        _make_writable(folder)
+        _remove_path(folder)

@@ -88,13 +88,14 @@ def run_external_episode(
         # the proxy refuses requests past the turns and a few side requests at once; the watch then kills
         channel = model_proxy.open_rollout(policy, max_requests=max_turns + SIDE_REQUESTS, max_tokens=max_tokens)
         try:
-            return _episode(spec, install, task, channel, socket_folder, base, started, max_turns, wall_s,
-                            sandbox_options)
+            return _episode(
+                spec, install, task, channel, socket_folder, base, started, max_turns, wall_s, sandbox_options
+            )
         finally:
             channel.close()
 
 
-class _proxy_for:  # noqa: N801 - a context manager used like a function
+class _proxy_for:
     """The caller's proxy (its socket's folder is shown to the sandbox), else a private one for this episode."""
 
     def __init__(self, proxy: Any | None) -> None:
@@ -106,7 +107,9 @@ class _proxy_for:  # noqa: N801 - a context manager used like a function
         if self.given is not None:
             path = getattr(self.given, "socket_path", None)
             if path is None:
-                raise ValueError("the proxy must listen on a unix socket (ModelProxy(socket_path)): the sandbox has no network")
+                raise ValueError(
+                    "the proxy must listen on a unix socket (ModelProxy(socket_path)): the sandbox has no network"
+                )
             return self.given, Path(path).parent
         from harness_gym.external.proxy import ModelProxy
 
@@ -164,16 +167,25 @@ def _episode(
         if watch.reason is not None:
             error = ("budget", f"{spec.id} exceeded its budget: {watch.reason}; it was killed with its sandbox")
         elif result.timed_out:
-            error = ("budget", f"{spec.id} ran past its wall-time budget of {wall_s:g} s; it was killed with its sandbox")
+            error = (
+                "budget",
+                f"{spec.id} ran past its wall-time budget of {wall_s:g} s; it was killed with its sandbox",
+            )
         elif "HG-FORWARDER-FAILED" in result.output:
             error = ("env", "the in-sandbox forwarder to the model proxy did not start")
         else:
             output = _tail(sandbox, f"{WORK_DIR}/stdout")
             completed = _completed(spec, sandbox, output)
             if channel.agent_turns == 0:
-                error = ("cli", f"{spec.id} never called the model (exit {exit_code}): {_tail(sandbox, f'{WORK_DIR}/stderr')[-500:]}")
+                error = (
+                    "cli",
+                    f"{spec.id} never called the model (exit {exit_code}): {_tail(sandbox, f'{WORK_DIR}/stderr')[-500:]}",
+                )
             elif exit_code not in spec.data["completion"]["exit_codes"]:
-                error = ("cli", f"{spec.id} exited with status {exit_code}: {_tail(sandbox, f'{WORK_DIR}/stderr')[-500:]}")
+                error = (
+                    "cli",
+                    f"{spec.id} exited with status {exit_code}: {_tail(sandbox, f'{WORK_DIR}/stderr')[-500:]}",
+                )
             elif not completed:
                 error = ("cli", f"{spec.id} exited without its completion signal")
         transcript = canonical_transcript(spec, channel.records)
@@ -189,7 +201,18 @@ def _episode(
     if error is None and graded is not None and graded.error:
         error = ("grader", f"grader: {graded.error}")
     record = _record(
-        spec, base, channel, transcript, graded, error, (started, launched), cli_s, grade_s, exit_code, completed, output
+        spec,
+        base,
+        channel,
+        transcript,
+        graded,
+        error,
+        (started, launched),
+        cli_s,
+        grade_s,
+        exit_code,
+        completed,
+        output,
     )
     return ExternalEpisode(record, transcript, [r.to_json() for r in channel.records])
 
