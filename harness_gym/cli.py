@@ -50,6 +50,9 @@ from harness_gym.bench.runner import CALIBRATION, BenchAborted
 from harness_gym.design import TRAINING_SET, build_schedule, heldout_set, training_set
 from harness_gym.episode import Episode, run_suite
 from harness_gym.export import add_export_parser
+from harness_gym.external import install as external_install
+from harness_gym.external.catalog import load_cli
+from harness_gym.external.describe import describe_cli
 from harness_gym.model_export import export_model
 from harness_gym.model_server import ModelServer
 from harness_gym.space import HarnessConfig, all_configs, neighbours
@@ -408,9 +411,6 @@ def _cmd_worlds(args: argparse.Namespace) -> int:
 
 
 def _cmd_external(args: argparse.Namespace) -> int:
-    from harness_gym.external import install as external_install
-    from harness_gym.external.catalog import load_cli
-
     if args.action == "list":
         print(f"{'id':<27} {'version':<10} {'api':<9} {'installed':<9} {'size MB':>8}  package")
         for row in external_install.list_installs():
@@ -435,8 +435,6 @@ def _cmd_external(args: argparse.Namespace) -> int:
         for cli in clis:
             print(external_install.require_install(cli))
     else:
-        from harness_gym.external.describe import describe_cli
-
         for cli in clis:
             print(json.dumps(describe_cli(cli), indent=2))
     return 0

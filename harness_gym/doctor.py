@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from harness_gym.external.install import list_installs
 from harness_gym.sandboxes import isolation
 from harness_gym.sandboxes.base import SandboxError
 from harness_gym.sandboxes.bubblewrap import BubblewrapSandbox
@@ -202,8 +203,6 @@ def _external() -> Check:
     only stops the runs that use it."""
 
     def run() -> Check:
-        from harness_gym.external.install import list_installs
-
         rows = list_installs()
         done = sorted({r["id"] for r in rows if r["installed"]})
         missing = sorted({r["id"] for r in rows if not r["installed"]})

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from harness_gym.design import TRAINING_SET, heldout_set
+from harness_gym.external.catalog import load_cli, shipped_clis
 from harness_gym.harness import SPEC_SUFFIXES, Harness
 from harness_gym.jsonl import ResultsFile, load_records  # noqa: F401 (records are read and written through these)
 from harness_gym.presets import OUT_OF_SPACE, PRESETS
@@ -98,8 +99,6 @@ def resolve_harnesses(text: str | Sequence[str]) -> list[HarnessChoice]:
             for env_id in PRESETS:
                 add(HarnessChoice(env_id, "out_of_space" if env_id in OUT_OF_SPACE else "preset"))
         elif item == "external" or item.startswith("external:"):
-            from harness_gym.external.catalog import load_cli, shipped_clis  # real CLIs (issue 26)
-
             clis = [c for c in shipped_clis().values() if not c.heavy] if item == "external" else [load_cli(item)]
             for cli in clis:
                 add(HarnessChoice(cli.id, "external"))

@@ -26,6 +26,7 @@ from typing import Any
 
 from harness_gym.external.catalog import ExternalCli, load_cli
 from harness_gym.external.install import require_install
+from harness_gym.external.proxy import ModelProxy
 from harness_gym.sandboxes.base import SANDBOX_HOME, create_sandbox
 from harness_gym.sandboxes.options import SandboxOptions
 from harness_gym.tasks.base import Task
@@ -111,8 +112,6 @@ class _proxy_for:
                     "the proxy must listen on a unix socket (ModelProxy(socket_path)): the sandbox has no network"
                 )
             return self.given, Path(path).parent
-        from harness_gym.external.proxy import ModelProxy
-
         self.folder = tempfile.TemporaryDirectory(prefix="hg-proxy-")
         folder = Path(self.folder.name)
         folder.chmod(0o711)  # the sandbox runs as another uid: it may pass through, not list

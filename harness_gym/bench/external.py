@@ -14,13 +14,12 @@ import json
 import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from harness_gym.external.catalog import ExternalCli, load_cli
 from harness_gym.external.policies import DoNothingPolicy, OpenAICompatiblePolicy, ScriptedPolicy
-from harness_gym.external.runner import run_external_episode
-from harness_gym.records import EpisodePlan, write_trajectory
+from harness_gym.external.runner import ExternalEpisode, run_external_episode
+from harness_gym.records import EpisodePlan
 from harness_gym.tasks.base import Task
 
 EXTERNAL_CLASS = "external"
@@ -96,9 +95,9 @@ def run_external_plan(
     agent_factory: Callable[[], Any],
     tasks: Sequence[Task],
     env_options: Mapping[str, Any],
-    trajectory_dir: str | None,
-) -> dict[str, Any]:
-    """One planned bench episode of a real CLI, as a results-file record (an error is a record)."""
+) -> tuple[dict[str, Any], ExternalEpisode | None]:
+    """One planned bench episode of a real CLI: its results-file record (an error is a record) and
+    the episode (transcript and proxy records, for the trajectory file), None when it did not run."""
     started = time.perf_counter()
     base = {
         "episode_id": plan.key,
@@ -119,7 +118,7 @@ def run_external_plan(
             cli, task, policy, max_turns=max_turns, episode_id=plan.key, run=plan.run, seed=plan.seed
         )
     except Exception as exc:  # an unknown task, an agent that cannot drive a CLI, a missing install
-        return {
+        failed = {
             **base,
             "reward": 0.0,
             "passed": False,
@@ -128,12 +127,5 @@ def run_external_plan(
             "error_kind": "env",
             "durations": {"episode_s": time.perf_counter() - started},
         }
-    record = {**episode.record, **base}
-    if trajectory_dir:
-        from harness_gym.bench.runner import _safe  # the bench's own file names (imported late: no cycle)
-
-        path = Path(trajectory_dir) / f"{_safe(plan.key)}.jsonl"
-        write_trajectory(path, record, episode.transcript, [])
-        (path.with_suffix(".proxy.json")).write_text(json.dumps(episode.proxy_records, default=str), encoding="utf-8")
-        record["trajectory"] = str(path)
-    return record
+        return failed, None
+    return {**episode.record, **base}, episode
