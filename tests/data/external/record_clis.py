@@ -48,13 +48,34 @@ def setup(cli: str, prefix: Path, url: str, secret: str, home: Path) -> tuple[li
     env = {"HOME": str(home), "PATH": f"{bin_dir}:{os.environ['PATH']}", "TMPDIR": str(home)}
     if cli == "claude-code":
         env.update(
-            ANTHROPIC_BASE_URL=url, ANTHROPIC_AUTH_TOKEN=secret, CLAUDE_CONFIG_DIR=str(home / ".claude"),
-            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", DISABLE_TELEMETRY="1", DISABLE_ERROR_REPORTING="1",
-            DISABLE_AUTOUPDATER="1", IS_SANDBOX="1", ANTHROPIC_SMALL_FAST_MODEL=MODEL, CLAUDE_CODE_SUBAGENT_MODEL=MODEL,
-            ANTHROPIC_DEFAULT_HAIKU_MODEL=MODEL, ANTHROPIC_DEFAULT_SONNET_MODEL=MODEL, ANTHROPIC_DEFAULT_OPUS_MODEL=MODEL,
+            ANTHROPIC_BASE_URL=url,
+            ANTHROPIC_AUTH_TOKEN=secret,
+            CLAUDE_CONFIG_DIR=str(home / ".claude"),
+            CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+            DISABLE_TELEMETRY="1",
+            DISABLE_ERROR_REPORTING="1",
+            DISABLE_AUTOUPDATER="1",
+            IS_SANDBOX="1",
+            ANTHROPIC_SMALL_FAST_MODEL=MODEL,
+            CLAUDE_CODE_SUBAGENT_MODEL=MODEL,
+            ANTHROPIC_DEFAULT_HAIKU_MODEL=MODEL,
+            ANTHROPIC_DEFAULT_SONNET_MODEL=MODEL,
+            ANTHROPIC_DEFAULT_OPUS_MODEL=MODEL,
         )
-        argv = ["claude", "-p", TASK, "--output-format", "stream-json", "--verbose", "--model", MODEL,
-                "--permission-mode", "bypassPermissions", "--max-turns", "4"]
+        argv = [
+            "claude",
+            "-p",
+            TASK,
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--model",
+            MODEL,
+            "--permission-mode",
+            "bypassPermissions",
+            "--max-turns",
+            "4",
+        ]
         return argv, env, "Bash", "command"
     if cli == "codex":
         codex_home = home / ".codex"
@@ -67,34 +88,75 @@ def setup(cli: str, prefix: Path, url: str, secret: str, home: Path) -> tuple[li
             '[analytics]\nenabled = false\n[otel]\nexporter = "none"\n'
         )
         env.update(CODEX_HOME=str(codex_home), HG_KEY=secret)
-        argv = ["codex", "exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
-                "-m", MODEL, TASK]
+        argv = [
+            "codex",
+            "exec",
+            "--json",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "-m",
+            MODEL,
+            TASK,
+        ]
         return argv, env, "exec_command", "cmd"
     if cli in ("gemini-cli", "qwen-code"):
         gemini = cli == "gemini-cli"
         folder = home / (".gemini" if gemini else ".qwen")
         folder.mkdir()
         settings = {
-            "security": {"auth": {"selectedType": "gemini-api-key" if gemini else "openai"},
-                         "folderTrust": {"enabled": False}},
+            "security": {
+                "auth": {"selectedType": "gemini-api-key" if gemini else "openai"},
+                "folderTrust": {"enabled": False},
+            },
             "privacy": {"usageStatisticsEnabled": False},
             "telemetry": {"enabled": False},
             "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
         }
         (folder / "settings.json").write_text(json.dumps(settings))
         if gemini:
-            env.update(GOOGLE_GEMINI_BASE_URL=url, GEMINI_API_KEY=secret, GEMINI_CLI_TRUST_WORKSPACE="true",
-                       GEMINI_CLI_NO_RELAUNCH="true")
+            env.update(
+                GOOGLE_GEMINI_BASE_URL=url,
+                GEMINI_API_KEY=secret,
+                GEMINI_CLI_TRUST_WORKSPACE="true",
+                GEMINI_CLI_NO_RELAUNCH="true",
+            )
             argv = ["gemini", "-p", TASK, "--output-format", "stream-json", "--yolo", "-m", MODEL]
         else:
             env.update(OPENAI_BASE_URL=f"{url}/v1", OPENAI_API_KEY=secret, OPENAI_MODEL=MODEL)
-            argv = ["qwen", "-p", TASK, "--output-format", "stream-json", "--yolo", "--auth-type", "openai", "-m", MODEL]
+            argv = [
+                "qwen",
+                "-p",
+                TASK,
+                "--output-format",
+                "stream-json",
+                "--yolo",
+                "--auth-type",
+                "openai",
+                "-m",
+                MODEL,
+            ]
         return argv, env, "run_shell_command", "command"
     if cli == "mini-swe-agent":
-        env.update(OPENAI_API_BASE=f"{url}/v1", OPENAI_API_KEY=secret, MSWEA_CONFIGURED="true",
-                   MSWEA_COST_TRACKING="ignore_errors", LITELLM_LOCAL_MODEL_COST_MAP="True")
-        argv = [str(prefix / "venv" / "bin" / "mini"), "-t", TASK, "-m", f"openai/{MODEL}", "-y",
-                "--exit-immediately", "-l", "0", "-o", str(home / "traj.json")]
+        env.update(
+            OPENAI_API_BASE=f"{url}/v1",
+            OPENAI_API_KEY=secret,
+            MSWEA_CONFIGURED="true",
+            MSWEA_COST_TRACKING="ignore_errors",
+            LITELLM_LOCAL_MODEL_COST_MAP="True",
+        )
+        argv = [
+            str(prefix / "venv" / "bin" / "mini"),
+            "-t",
+            TASK,
+            "-m",
+            f"openai/{MODEL}",
+            "-y",
+            "--exit-immediately",
+            "-l",
+            "0",
+            "-o",
+            str(home / "traj.json"),
+        ]
         return argv, env, "bash", "command"
     raise SystemExit(f"unknown CLI {cli}")
 
@@ -112,8 +174,9 @@ def record(cli: str, prefix: Path, timeout: float) -> dict[str, Any]:
         channel.policy = ScriptedPolicy.shell(commands, tool=tool, argument=argument)
         started = time.time()
         try:
-            done = subprocess.run(argv, cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                                  timeout=timeout, text=True)
+            done = subprocess.run(
+                argv, cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, text=True
+            )
             exit_code: int | None = done.returncode
             tail = (done.stdout + done.stderr)[-1500:]
         except subprocess.TimeoutExpired as exc:
@@ -126,11 +189,30 @@ def record(cli: str, prefix: Path, timeout: float) -> dict[str, Any]:
             "hello_created": created,
             "output_tail": tail if exit_code != 0 or not created else "",
             "records": [
-                trim({"dialect": r.dialect, "path": r.path, "status": r.status, "side": r.side,
-                      "headers": {k: v for k, v in r.headers.items() if k in ("content-type", "content-encoding",
-                                                                            "anthropic-version", "anthropic-beta",
-                                                                            "user-agent", "accept")},
-                      "request": r.request, "response": r.response, "error": r.error})
+                trim(
+                    {
+                        "dialect": r.dialect,
+                        "path": r.path,
+                        "status": r.status,
+                        "side": r.side,
+                        "headers": {
+                            k: v
+                            for k, v in r.headers.items()
+                            if k
+                            in (
+                                "content-type",
+                                "content-encoding",
+                                "anthropic-version",
+                                "anthropic-beta",
+                                "user-agent",
+                                "accept",
+                            )
+                        },
+                        "request": r.request,
+                        "response": r.response,
+                        "error": r.error,
+                    }
+                )
                 for r in channel.records
             ],
         }
