@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -469,8 +469,16 @@ def test_a_failing_policy_is_a_recorded_500(proxy: ModelProxy) -> None:
 class _StrictBackend(BaseHTTPRequestHandler):
     """A chat endpoint as strict as vLLM about what it accepts; it records the bodies it got."""
 
-    bodies: list[dict[str, Any]] = []
-    allowed = {"model", "messages", "tools", "max_tokens", "temperature", "logprobs", "return_token_ids"}
+    bodies: ClassVar[list[dict[str, Any]]] = []
+    allowed: ClassVar[set[str]] = {
+        "model",
+        "messages",
+        "tools",
+        "max_tokens",
+        "temperature",
+        "logprobs",
+        "return_token_ids",
+    }
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -584,3 +592,19 @@ def test_real_vllm_behind_claude_codes_request(proxy: ModelProxy) -> None:
 def test_channel_is_the_contract_type(proxy: ModelProxy) -> None:
     channel = proxy.open_rollout(DoNothingPolicy())
     assert isinstance(channel, RolloutChannel) and channel.secret.startswith("hg-") and len(channel.secret) > 30
+
+
+def test_one_keep_alive_connection_serves_many_requests(proxy: ModelProxy) -> None:
+    """CLIs reuse their connection: answers, refusals (body left unread) and streams in a row."""
+    assert proxy.socket_path is not None
+    channel = proxy.open_rollout(DoNothingPolicy())
+    connection = UnixHTTPConnection(proxy.socket_path, timeout=30)
+    body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "stream": True})
+    for secret in (channel.secret, "wrong", channel.secret, "wrong", channel.secret):
+        connection.request("POST", "/v1/messages", body, {"x-api-key": secret, "Content-Type": "application/json"})
+        response = connection.getresponse()
+        text = response.read().decode()
+        assert response.status == (200 if secret == channel.secret else 401), text
+        assert response.getheader("Connection") != "close"
+    connection.close()
+    assert [r.status for r in channel.records] == [200, 200, 200]

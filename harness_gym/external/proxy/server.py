@@ -270,7 +270,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     server_version = "harness-gym-proxy"
     timeout = 300  # an idle keep-alive connection is closed after this
     proxy: ModelProxy
-    _answer: tuple[int, list[tuple[str, str]], bytes, bool]
+    _outgoing: tuple[int, list[tuple[str, str]], bytes, bool]
     _consumed: bool
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -436,7 +436,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
         if close:
             headers.append(("Connection", "close"))
-        self._answer = (status, headers, data, close)
+        self._outgoing = (status, headers, data, close)
         return text
 
     def _send_stream(self, events: Iterable[bytes]) -> str:
@@ -449,11 +449,11 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             ("Cache-Control", "no-cache"),
             ("Transfer-Encoding", "chunked"),
         ]
-        self._answer = (200, headers, framed, False)
+        self._outgoing = (200, headers, framed, False)
         return b"".join(sent).decode()
 
     def _write_answer(self) -> None:
-        status, headers, data, close = self._answer
+        status, headers, data, close = self._outgoing
         self.send_response(status)
         for key, value in headers:
             self.send_header(key, value)

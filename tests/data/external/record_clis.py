@@ -24,8 +24,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from harness_gym.external.policies import ScriptedPolicy  # noqa: E402
-from harness_gym.external.proxy import ModelProxy  # noqa: E402
+from harness_gym.external.policies import ScriptedPolicy
+from harness_gym.external.proxy import ModelProxy
 
 HERE = Path(__file__).parent / "recordings"
 TASK = "Create a file named hello.txt containing hi, using the shell."
