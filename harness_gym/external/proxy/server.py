@@ -216,6 +216,9 @@ class ModelProxy:
 class _Limited:
     """Bounds concurrent connections: a flood past the bound is answered 503 at once."""
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that hangs up mid-answer is its own failure; the proxy serves on
+
     def __init__(self) -> None:
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
 
@@ -237,6 +240,7 @@ class _Limited:
 
 class _UnixServer(_Limited, socketserver.ThreadingUnixStreamServer):
     daemon_threads = True
+    request_queue_size = MAX_CONNECTIONS  # a burst of connects queues instead of failing with EAGAIN
 
     def __init__(self, path: str, handler: type[BaseHTTPRequestHandler]) -> None:
         _Limited.__init__(self)
@@ -246,6 +250,7 @@ class _UnixServer(_Limited, socketserver.ThreadingUnixStreamServer):
 class _TCPServer(_Limited, socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = MAX_CONNECTIONS
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
         _Limited.__init__(self)
@@ -265,6 +270,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     server_version = "harness-gym-proxy"
     timeout = 300  # an idle keep-alive connection is closed after this
     proxy: ModelProxy
+    _outgoing: tuple[int, list[tuple[str, str]], bytes, bool]
+    _consumed: bool
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # records are the log; the unix socket has no client address to print
@@ -291,6 +298,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         query = dict(parse_qsl(split.query))
         headers = {k.lower(): v for k, v in self.headers.items()}
         dialect = "chat"
+        self._consumed = False  # until the body is read, its bytes are still in the connection
         channel: RolloutChannel | None = None
         record = ProxyRecord(dialect, split.path, None, "", 0, started=started, headers=_redacted(headers))
         try:
@@ -313,19 +321,37 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             record.status = exc.status
             record.error = exc.message
             payload = self._module(dialect).error(exc.status, exc.message)
-            record.response = self._send_json(exc.status, payload, close=exc.status in (400, 413, 415, 426))
+            unusable = not self._consumed and not self._drain(headers)
+            close = unusable or exc.status in (400, 413, 415, 426)
+            record.response = self._send_json(exc.status, payload, close=close)
         except DialectError as exc:
             record.status, record.error = 400, str(exc)
             record.response = self._send_json(400, self._module(dialect).error(400, str(exc)))
+        record.ended = time.time()
+        if channel is not None:
+            channel.add(record)  # complete before the client can read the answer
+        try:
+            self._write_answer()
         except (BrokenPipeError, ConnectionResetError) as exc:
             record.error = f"client disconnected: {exc}"
             self.close_connection = True
-        record.ended = time.time()
-        if channel is not None:
-            channel.add(record)
 
     def _module(self, dialect: str) -> ModuleType:
         return ModelProxy.DIALECTS.get(dialect, chat_completions)
+
+    def _drain(self, headers: Mapping[str, str]) -> bool:
+        """Read and drop the body of a refused request (so the connection stays usable and the client
+        can finish sending); False when it cannot be (chunked, too long, bad length)."""
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            return False
+        try:
+            length = int(headers.get("content-length", "0"))
+        except ValueError:
+            return False
+        if not 0 <= length <= MAX_BODY:
+            return False
+        self.rfile.read(length)
+        return True
 
     def _read_body(self, headers: Mapping[str, str]) -> dict[str, Any]:
         if "chunked" in headers.get("transfer-encoding", "").lower():
@@ -338,6 +364,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             if length < 0 or length > MAX_BODY:
                 raise ProxyError(413, f"request body over {MAX_BODY} bytes")
             raw = self.rfile.read(length)
+        self._consumed = True
         raw = _decode_body(raw, headers.get("content-encoding", ""))
         try:
             body = json.loads(raw)
@@ -403,30 +430,37 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             record.status, record.response = 200, self._send_json(200, module.render(reply, body, name))
 
     def _send_json(self, status: int, payload: Any, close: bool = False) -> str:
+        """Prepare a JSON answer (written once the record is complete, see ``_serve``)."""
         text = json.dumps(payload, ensure_ascii=False)
         data = text.encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
+        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
         if close:
-            self.send_header("Connection", "close")
-            self.close_connection = True
-        self.end_headers()
-        self.wfile.write(data)
+            headers.append(("Connection", "close"))
+        self._outgoing = (status, headers, data, close)
         return text
 
     def _send_stream(self, events: Iterable[bytes]) -> str:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-        sent = []
-        for event in events:
-            sent.append(event)
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
-        self.wfile.write(b"0\r\n\r\n")
+        """Prepare an SSE answer, one HTTP chunk per event: the reply is complete before the first
+        byte goes out, so one write sends it all."""
+        sent = list(events)
+        framed = b"".join(b"%x\r\n%s\r\n" % (len(event), event) for event in sent) + b"0\r\n\r\n"
+        headers = [
+            ("Content-Type", "text/event-stream"),
+            ("Cache-Control", "no-cache"),
+            ("Transfer-Encoding", "chunked"),
+        ]
+        self._outgoing = (200, headers, framed, False)
         return b"".join(sent).decode()
+
+    def _write_answer(self) -> None:
+        status, headers, data, close = self._outgoing
+        self.send_response(status)
+        for key, value in headers:
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+        if close:
+            self.close_connection = True
 
 
 def _redacted(headers: Mapping[str, str]) -> dict[str, str]:
