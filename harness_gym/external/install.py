@@ -146,6 +146,8 @@ def _install_npm(cli: ExternalCli, folder: Path, progress: Progress) -> None:
     if "node" in cli.package:
         _stream([*common, f"node@{cli.package['node']}"], progress, what=f"npm install of Node for {cli.id}")
         env["PATH"] = f"{folder / 'node_modules' / '.bin'}:{env.get('PATH', '')}"
+        # npm runs install scripts with the Node that runs npm: run npm itself with the new one
+        common = [str(folder / "node_modules" / ".bin" / "node"), os.path.realpath(npm), *common[1:]]
     packages = [f"{cli.package['name']}@{cli.version}", *cli.package.get("extra", [])]
     if "node" in cli.package:
         packages.append(f"node@{cli.package['node']}")  # kept in the same tree
