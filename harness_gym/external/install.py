@@ -141,17 +141,19 @@ def _install_npm(cli: ExternalCli, folder: Path, progress: Progress) -> None:
         raise ExternalInstallError(
             f"{cli.id}: npm is not on PATH (install Node.js and npm, then {install_command(cli)})"
         )
-    common = [npm, "install", "--prefix", str(folder), "--no-audit", "--no-fund", "--no-save", "--omit=dev"]
+    common = [npm, "install", "--no-audit", "--no-fund", "--no-save", "--omit=dev"]
     env = dict(os.environ)
-    if "node" in cli.package:
-        _stream([*common, f"node@{cli.package['node']}"], progress, what=f"npm install of Node for {cli.id}")
-        env["PATH"] = f"{folder / 'node_modules' / '.bin'}:{env.get('PATH', '')}"
+    if "node" in cli.package:  # its own prefix: the CLI's install must not re-link it midway
+        node_prefix = folder / "node"
+        _stream(
+            [*common, "--prefix", str(node_prefix), f"node@{cli.package['node']}"], progress, what=f"Node for {cli.id}"
+        )
+        node_bin = node_prefix / "node_modules" / ".bin"
+        env["PATH"] = f"{node_bin}:{env.get('PATH', '')}"
         # npm runs install scripts with the Node that runs npm: run npm itself with the new one
-        common = [str(folder / "node_modules" / ".bin" / "node"), os.path.realpath(npm), *common[1:]]
+        common = [str(node_bin / "node"), os.path.realpath(npm), *common[1:]]
     packages = [f"{cli.package['name']}@{cli.version}", *cli.package.get("extra", [])]
-    if "node" in cli.package:
-        packages.append(f"node@{cli.package['node']}")  # kept in the same tree
-    _stream([*common, *packages], progress, what=f"npm install for {cli.id}", env=env)
+    _stream([*common, "--prefix", str(folder), *packages], progress, what=f"npm install for {cli.id}", env=env)
 
 
 def _install_pip(cli: ExternalCli, folder: Path, progress: Progress) -> None:

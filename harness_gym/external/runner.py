@@ -261,7 +261,7 @@ def _values(spec: ExternalCli, install: Path, task: Task, secret: str, max_turns
 def _command(spec: ExternalCli, install: Path, task: Task, rendered: Mapping[str, Any]) -> str:
     """The shell command that starts the forwarder, then the CLI with its environment, in the workspace."""
     env = dict(rendered["env"])
-    bins = [str(install / "node_modules/.bin"), str(install / "venv/bin")]
+    bins = [str(install / "node/node_modules/.bin"), str(install / "node_modules/.bin"), str(install / "venv/bin")]
     env["PATH"] = ":".join([*(b for b in bins if os.path.isdir(b)), "/usr/local/bin:/usr/bin:/bin"])
     if (install / "python/lib").is_dir():  # a copied interpreter finds its libpython here
         env["LD_LIBRARY_PATH"] = str(install / "python/lib")
