@@ -1,0 +1,142 @@
+"""Issue 28: a process whose main thread has exited while another thread runs looks like a zombie
+(``/proc/PID/stat`` says Z) but still writes. The grader's leftover check skipped zombies, so such
+a process, left by a program the grader runs, wrote the verdict's last line after the grader's own:
+a ClawGym-shaped task paid 1.0 for a forger. Each test below plays the attack (the exploit library's
+``undead-writer``) on a ClawGym-, a PinchBench- and a SWE-shaped task, on bubblewrap and on Docker."""
+
+import json
+import textwrap
+from dataclasses import replace
+
+import pytest
+from conftest import requires_bwrap
+from test_reward_integrity import swe_task  # noqa: F401 (a fixture)
+
+from harness_gym.tasks import validate_suite
+from harness_gym.tasks.audit import Exploit, load_exploits, run_exploit
+
+WS = "/root/.openclaw/workspace"
+UNDEAD = load_exploits(names=["undead-writer"])[0]
+SOLVE = "import pathlib\npathlib.Path('answer.txt').write_text('42')\n"
+
+
+def write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text).lstrip())
+
+
+def clawgym_program_task(root):
+    """ClawGym-shaped: reward.sh runs the agent's program with its output going to the grader's
+    stdout, then prints the reward as its last line (the format signs nothing)."""
+    task = root / "task_0000"
+    write(
+        task / "data_entry.json",
+        json.dumps(
+            {
+                "task_id": "task_0000",
+                "user_query": f"Write {WS}/solve.py, a program that writes 42 to answer.txt.",
+                "input_mount_dir": WS,
+                "metadata": {"grading_type": "automated"},
+            }
+        ),
+    )
+    (task / "input_files").mkdir()
+    write(
+        task / "reward" / "reward.sh",
+        f"""
+        cd {WS}
+        rm -f answer.txt
+        python3 solve.py
+        if [ "$(cat answer.txt 2>/dev/null)" = 42 ]; then echo 1.0; else echo 0.0; fi
+        """,
+    )
+    (loaded,) = validate_suite(f"clawgym:{root}").tasks
+    return replace(loaded, world=None)  # the host's folders: the world need not be built here
+
+
+def pinchbench_program_task(root):
+    """PinchBench-shaped: the automated checks run the agent's program (its output is the runner's)."""
+    write(
+        root / "tasks" / "task_01.md",
+        f"""
+        ---
+        id: task_01
+        name: program
+        category: coding
+        grading_type: automated
+        timeout_seconds: 60
+        ---
+        ## Prompt
+
+        Write {WS}/solve.py, a program that writes 42 to answer.txt.
+
+        ## Automated Checks
+
+        ```python
+        def grade(transcript, workspace_path):
+            import os, subprocess
+            subprocess.run(["python3", "solve.py"], cwd=workspace_path)
+            path = os.path.join(workspace_path, "answer.txt")
+            return {{"answer": float(os.path.isfile(path) and open(path).read().strip() == "42")}}
+        ```
+        """,
+    )
+    (loaded,) = validate_suite(f"pinchbench:{root}").tasks
+    return replace(loaded, world=None)
+
+
+def play(task, exploit, **options):
+    cell = run_exploit(task, exploit, **options)
+    assert cell.audit_error is None, cell.audit_error
+    return cell
+
+
+def honest(task, command, **options):
+    return play(task, Exploit("honest", "the intended solution", ({"bash": command},)), **options).reward
+
+
+@pytest.fixture
+def claw(tmp_path):
+    return clawgym_program_task(tmp_path / "claw")
+
+
+@pytest.fixture
+def pinch(tmp_path):
+    return pinchbench_program_task(tmp_path / "pinch")
+
+
+
+def solve_command():
+    import shlex
+
+    return f"printf %s {shlex.quote(SOLVE)} > solve.py"
+
+
+@requires_bwrap
+@pytest.mark.parametrize("shape", ["claw", "pinch"])
+def test_an_undead_writer_earns_nothing_on_bubblewrap(shape, request):
+    """Old code: the ClawGym-shaped task paid 1.0 to the forger with no grader error."""
+    task = request.getfixturevalue(shape)
+    assert honest(task, "true") == 0.0
+    assert honest(task, solve_command()) == 1.0
+    for _ in range(2):
+        cell = play(task, UNDEAD)
+        assert cell.reward == 0.0, cell
+
+
+@requires_bwrap
+def test_an_undead_writer_earns_nothing_on_a_swe_task(swe_task):  # noqa: F811
+    assert honest(swe_task, "sed -i '0,/a - b/s//a + b/' calc.py") == 1.0
+    cell = play(swe_task, UNDEAD)
+    assert cell.reward == 0.0, cell
+
+
+def test_an_undead_writer_earns_nothing_on_docker(tmp_path, docker_engine, monkeypatch):
+    """The same attack in a grading container (pid 1 is the guard shell there)."""
+    host, image = docker_engine
+    monkeypatch.setenv("DOCKER_HOST", host)
+    for task in (clawgym_program_task(tmp_path / "claw"), pinchbench_program_task(tmp_path / "pinch")):
+        task = replace(task, image=image)
+        assert honest(task, solve_command(), backend="docker") == 1.0
+        cell = play(task, UNDEAD, backend="docker")
+        assert cell.reward == 0.0, cell
