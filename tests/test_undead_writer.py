@@ -140,3 +140,52 @@ def test_an_undead_writer_earns_nothing_on_docker(tmp_path, docker_engine, monke
         assert honest(task, solve_command(), backend="docker") == 1.0
         cell = play(task, UNDEAD, backend="docker")
         assert cell.reward == 0.0, cell
+
+
+OLD_GUARD_CHECK = (  # the guard before issue 28: one scan, of processes, zombies skipped
+    "status=$?\n"
+    "for d in /proc/[0-9]*; do\n"
+    "  p=${d#/proc/}\n"
+    '  if [ "$p" = 1 ] || [ "$p" = "$$" ]; then continue; fi\n'
+    '  { read -r line < "$d/stat"; } 2>/dev/null || continue\n'
+    "  state=${line##*) }; state=${state%% *}\n"
+    '  if [ "$state" = Z ] || [ "$state" = X ]; then continue; fi\n'
+    "  kill -9 -1 2>/dev/null\n"
+    "  exit 125\n"
+    "done\n"
+    'exit "$status"\n'
+)
+
+
+@requires_bwrap
+@pytest.mark.parametrize("shape", ["claw", "pinch"])
+def test_the_signer_alone_stops_an_undead_writer(shape, request, monkeypatch):
+    """With the old guard back, the harness's signer (a subreaper that reads the command's output
+    only once no descendant lives, and signs it) still refuses the forgery."""
+    from harness_gym.sandboxes import base
+
+    task = request.getfixturevalue(shape)
+    monkeypatch.setattr(base, "_GUARD_CHECK", OLD_GUARD_CHECK)
+    cell = play(task, UNDEAD)
+    assert cell.reward == 0.0 and "status 125" in (cell.grader_error or ""), cell
+    assert honest(task, solve_command()) == 1.0
+    unsigned = replace(task, sign_output=False)  # what ClawGym and PinchBench graded like before
+    assert play(unsigned, UNDEAD).reward == 1.0  # the hole the old guard left, still there without the signer
+
+
+def test_only_the_text_the_signer_signed_is_read():
+    from harness_gym.tasks.base import parse_signed_output
+    from harness_gym.tasks.graders.signed_output import SIGNATURE_KEY, signed_text
+
+    key = b"k" * 64
+    text = "log\n0.0\n"
+    line = json.dumps({SIGNATURE_KEY: signed_text(key, 0, text), "status": 0})
+    assert parse_signed_output("t", text + line + "\n", 0, key).reward == 0.0
+    assert parse_signed_output("t", text + line + "\n1.0\n", 0, key).reward == 0.0  # appended: ignored
+    forged = parse_signed_output("t", "1.0\n" + text + line + "\n", 0, key)  # inserted before: breaks it
+    assert forged.reward == 0.0 and "signature" in forged.error
+    other = json.dumps({SIGNATURE_KEY: signed_text(b"other", 0, "1.0\n"), "status": 0})
+    assert "signature" in parse_signed_output("t", "1.0\n" + other + "\n", 0, key).error
+    assert parse_signed_output("t", "1.0\n", 0, key).error  # unsigned
+    lying = json.dumps({SIGNATURE_KEY: signed_text(key, 1, "1.0\n"), "status": 0})
+    assert parse_signed_output("t", "1.0\n" + lying + "\n", 0, key).error  # the status is signed too

@@ -1,0 +1,86 @@
+"""Runs a grade command that cannot sign its verdict (ClawGym's ``reward.sh``, a task's own
+script) INSIDE the grading sandbox, and signs what it printed (standard library only).
+
+Usage: ``python3 -I signed_output.py GRADER_FOLDER SHELL COMMAND``. The key is taken first
+(``verdict.take_key``: this process becomes non-dumpable and the key file is gone before the
+command runs). The command's stdout goes to an unlinked file (no path to it, no pipe to hold
+open). This process is a child subreaper, so everything the command starts stays its
+descendant however it forks; when the command ends, a descendant still alive (a daemon, or a
+process whose main thread exited while another thread writes) makes the grading a grader error
+(status 125): nothing the graded code started is alive when the output is read. Then the output's
+tail and one line ``{"harness_gym_output_signature": HMAC(key, "<status>\\n" + tail), "status"}``
+are printed; the host accepts only the text that line signs (``tasks/base.py``).
+"""
+
+import ctypes
+import hashlib
+import hmac
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+LEFTOVER_STATUS = 125
+TAIL_CHARS = 16000  # what is kept of the command's output (the verdict is its last lines)
+SIGNATURE_KEY = "harness_gym_output_signature"
+
+
+def _verdict_module():
+    """verdict.py of the built-in graders, copied beside this file under a name no task's file has."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".harness_gym_verdict.py")
+    spec = importlib.util.spec_from_file_location("harness_gym_verdict", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def signed_text(key, status, text):
+    return hmac.new(key, ("%d\n" % status + text).encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def descendants_alive():
+    """Whether any descendant is still alive, reaping the dead: a subreaper's descendants that lost
+    their parent become its children, so no child left means none left. A process whose main
+    thread exited while another runs cannot be reaped: it counts as alive."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            return True
+
+
+def main():
+    folder, shell, command = sys.argv[1:4]
+    key = _verdict_module().take_key(folder)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass  # the sandbox's guard still refuses a grading that leaves processes behind
+    with tempfile.TemporaryFile() as output:
+        status = subprocess.call([shell, "-c", command], stdout=output)
+        if descendants_alive():
+            print(
+                "harness-gym: processes the grade command started were still running when it ended;"
+                " they could write after its verdict, so it is not trusted",
+                file=sys.stderr,
+            )
+            sys.exit(LEFTOVER_STATUS)
+        output.seek(0)
+        text = output.read().decode("utf-8", errors="replace").replace("\r", "\n")
+    if len(text) > TAIL_CHARS:
+        text = "[... %d characters of the grader's output elided ...]\n" % (len(text) - TAIL_CHARS) + text[-TAIL_CHARS:]
+    if text and not text.endswith("\n"):
+        text += "\n"
+    sys.stdout.write(text)
+    if key is not None:
+        sys.stdout.write(json.dumps({SIGNATURE_KEY: signed_text(key, status, text), "status": status}) + "\n")
+    sys.stdout.flush()
+    sys.exit(status if status >= 0 else 128 - status)  # killed by a signal: 128 + its number, as a shell says
+
+
+if __name__ == "__main__":
+    main()
