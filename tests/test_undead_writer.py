@@ -105,7 +105,6 @@ def pinch(tmp_path):
     return pinchbench_program_task(tmp_path / "pinch")
 
 
-
 def solve_command():
     import shlex
 
@@ -171,6 +170,9 @@ def test_the_signer_alone_stops_an_undead_writer(shape, request, monkeypatch):
     assert honest(task, solve_command()) == 1.0
     unsigned = replace(task, sign_output=False)  # what ClawGym and PinchBench graded like before
     assert play(unsigned, UNDEAD).reward == 1.0  # the hole the old guard left, still there without the signer
+    from harness_gym.tasks.audit import audit
+
+    assert audit([unsigned], [UNDEAD]).passes() == {task.id: ["undead-writer"]}  # the audit flags that hole
 
 
 def test_only_the_text_the_signer_signed_is_read():
@@ -189,3 +191,56 @@ def test_only_the_text_the_signer_signed_is_read():
     assert parse_signed_output("t", "1.0\n", 0, key).error  # unsigned
     lying = json.dumps({SIGNATURE_KEY: signed_text(key, 1, "1.0\n"), "status": 0})
     assert parse_signed_output("t", "1.0\n" + lying + "\n", 0, key).error  # the status is signed too
+
+
+# ------------------------------------------------------------------ the audit (issue 28, items 2-4)
+
+
+def test_the_audit_report_keeps_passes_partial_credit_and_the_baseline_apart():
+    """Old code: one headline, "exploitable", counted any reward above 0 (partial credit the data's
+    own graders give for empty files looked like a forged pass)."""
+    from harness_gym.tasks.audit import AuditCell, AuditReport
+
+    report = AuditReport(["nothing", "empty-outputs", "forge"], ["weak", "forgeable", "clean"])
+    for task_id, rewards in {"weak": (0.25, 0.5, 0.25), "forgeable": (0.0, 0.0, 1.0), "clean": (0, 0, 0)}.items():
+        report.cells += [AuditCell(task_id, e, r) for e, r in zip(report.exploits, rewards, strict=True)]
+    assert report.passes() == {"forgeable": ["forge"]}
+    assert report.above_baseline() == {"weak": ["empty-outputs"]}
+    assert report.baselines() == {"weak": 0.25, "forgeable": 0.0, "clean": 0.0}
+    table = report.table()
+    assert "1 of 3 tasks: an exploit passes" in table
+    assert "1 of 3 tasks: an exploit earns partial credit above the do-nothing score" in table
+    assert "1 of 3 tasks: doing nothing scores above 0" in table
+    assert report.to_json()["above_baseline"] == {"weak": ["empty-outputs"]}
+
+
+@requires_bwrap
+def test_the_audit_runs_each_task_on_its_world(tmp_path, claw):
+    """Old code: the exploit and mutation audits graded on the host whatever the suite's world."""
+    from harness_gym.tasks.audit import audit
+    from harness_gym.tasks.mutation import mutation_audit
+
+    world = tmp_path / "unbuilt.yaml"
+    world.write_text("version: 1\nname: hg-test-unbuilt-28\nbase: {debian: bookworm, variant: minbase}\npackages: []\n")
+    task = replace(claw, world=str(world))
+    nothing = load_exploits(names=["nothing"])
+    (cell,) = audit([task], nothing).cells
+    assert cell.audit_error and "hg-test-unbuilt-28" in cell.audit_error, cell  # its world, not the host
+    (cell,) = audit([task], nothing, world="host").cells  # --world host overrides
+    assert cell.audit_error is None and cell.reward == 0.0
+    with_reference = replace(task, solution=({"tool": "execute_bash", "arguments": {"command": solve_command()}},))
+    (entry,) = mutation_audit([with_reference], 1).tasks
+    assert entry.error and "hg-test-unbuilt-28" in entry.error
+
+
+def test_the_audit_command_takes_a_world(tmp_path):
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-m", "harness_gym.cli", "tasks", "audit", "builtin", "--world", "no-such-world-28"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode != 0 and "no-such-world-28" in run.stdout + run.stderr, run.stdout + run.stderr

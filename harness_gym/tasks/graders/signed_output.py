@@ -12,6 +12,7 @@ tail and one line ``{"harness_gym_output_signature": HMAC(key, "<status>\\n" + t
 are printed; the host accepts only the text that line signs (``tasks/base.py``).
 """
 
+import contextlib
 import ctypes
 import hashlib
 import hmac
@@ -31,13 +32,14 @@ def _verdict_module():
     """verdict.py of the built-in graders, copied beside this file under a name no task's file has."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".harness_gym_verdict.py")
     spec = importlib.util.spec_from_file_location("harness_gym_verdict", path)
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 def signed_text(key, status, text):
-    return hmac.new(key, ("%d\n" % status + text).encode("utf-8"), hashlib.sha256).hexdigest()
+    return hmac.new(key, (f"{status}\n" + text).encode("utf-8"), hashlib.sha256).hexdigest()
 
 
 def descendants_alive():
@@ -56,10 +58,9 @@ def descendants_alive():
 def main():
     folder, shell, command = sys.argv[1:4]
     key = _verdict_module().take_key(folder)
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        pass  # the sandbox's guard still refuses a grading that leaves processes behind
+    # PR_SET_CHILD_SUBREAPER; where it fails, the sandbox's guard still refuses leftovers
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
     with tempfile.TemporaryFile() as output:
         status = subprocess.call([shell, "-c", command], stdout=output)
         if descendants_alive():
@@ -72,7 +73,7 @@ def main():
         output.seek(0)
         text = output.read().decode("utf-8", errors="replace").replace("\r", "\n")
     if len(text) > TAIL_CHARS:
-        text = "[... %d characters of the grader's output elided ...]\n" % (len(text) - TAIL_CHARS) + text[-TAIL_CHARS:]
+        text = f"[... {len(text) - TAIL_CHARS} characters of the grader's output elided ...]\n" + text[-TAIL_CHARS:]
     if text and not text.endswith("\n"):
         text += "\n"
     sys.stdout.write(text)
