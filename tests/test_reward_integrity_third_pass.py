@@ -244,3 +244,53 @@ def test_the_audit_command_takes_a_world(tmp_path):
         timeout=300,
     )
     assert run.returncode != 0 and "no-such-world-28" in run.stdout + run.stderr, run.stdout + run.stderr
+
+
+# ------------------------------------------------------------------ decoy tools (issue 28, item 5)
+
+# a PinchBench-style automated check (task_16's shape): pays for a web_search call and for running a command
+PINCH_CHECKS = """
+def grade(transcript, workspace_path):
+    calls = [p for e in transcript if e.get("type") == "message"
+             for p in e["message"].get("content", []) if isinstance(p, dict) and p.get("type") == "toolCall"]
+    return {
+        "searched": float(any(c["name"] == "web_search" for c in calls)),
+        "ran_a_command": float(any(c["name"] == "execute_bash" for c in calls)),
+    }
+"""
+
+
+@requires_bwrap
+def test_a_decoy_call_earns_nothing_and_scores_the_same_under_every_tool_interface():
+    """Old code: T1's and T2's web_search decoy answered "unavailable", yet the canonical transcript
+    showed a web_search call and the check paid for it; under T0 (no such tool) it could not."""
+    import warnings
+
+    from harness_gym import HarnessEnv
+    from harness_gym.tasks.base import openclaw_transcript
+
+    warnings.simplefilter("ignore")
+    namespace: dict = {}
+    exec(PINCH_CHECKS, namespace)
+    scores = {}
+    for level in ("T0", "T1", "T2"):
+        env = HarnessEnv(f"S0{level}O0C0W0", tasks="builtin")
+        try:
+            env.reset(seed=0, options={"task_id": "workspace-disk-usage"})
+            tools = env.unwrapped.tool_interface
+            try:
+                search = tools.name_for("web_search")
+            except KeyError:
+                search = "web_search"  # T0 offers none: the same intent, written as the agent would
+            for name, arguments in (
+                (search, {"query": "disk usage"}),
+                (tools.name_for("execute_bash"), {"command": "ls"}),
+            ):
+                env.step(f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>")
+            events = openclaw_transcript(env.unwrapped.transcript)
+        finally:
+            env.close()
+        scores[level] = namespace["grade"](events, "/nonexistent")
+        names = [p["name"] for e in events for p in e["message"]["content"] if p.get("type") == "toolCall"]
+        assert names[0] in ("unknown_tool", "unavailable_tool") and "web_search" not in names, (level, names)
+    assert scores["T0"] == scores["T1"] == scores["T2"] == {"searched": 0.0, "ran_a_command": 1.0}, scores
