@@ -294,3 +294,25 @@ def test_a_decoy_call_earns_nothing_and_scores_the_same_under_every_tool_interfa
         names = [p["name"] for e in events for p in e["message"]["content"] if p.get("type") == "toolCall"]
         assert names[0] in ("unknown_tool", "unavailable_tool") and "web_search" not in names, (level, names)
     assert scores["T0"] == scores["T1"] == scores["T2"] == {"searched": 0.0, "ran_a_command": 1.0}, scores
+
+
+# ------------------------------------------------------------------ small items (issue 28, item 6)
+
+
+def test_an_extends_cycle_and_a_deep_document_are_spec_errors(tmp_path):
+    """Old code: both raised RecursionError."""
+    from harness_gym.spec import SpecError, load_spec
+
+    (tmp_path / "a.yaml").write_text("extends: b.yaml\nname: a\n")
+    (tmp_path / "b.yaml").write_text("extends: a.yaml\nname: b\n")
+    (tmp_path / "self.yaml").write_text("extends: self\nname: s\n")
+    for name in ("a.yaml", "self.yaml"):
+        with pytest.raises(SpecError, match="cycle"):
+            load_spec(tmp_path / name)
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("name: deep\nx: " + "[" * 20_000 + "]" * 20_000 + "\n")
+    with pytest.raises(SpecError, match="deeply"):
+        load_spec(deep)
+    (tmp_path / "odd.yaml").write_text("extends: [1, 2]\nname: odd\n")
+    with pytest.raises(SpecError, match="extends"):
+        load_spec(tmp_path / "odd.yaml")
