@@ -447,6 +447,7 @@ def _cmd_serve_env(args: argparse.Namespace) -> int:
         idle_timeout_s=args.idle_timeout or None,
         token=token,
         ws_compression=args.ws_compression,
+        allow_no_token=args.no_token_ok,
     )
     auth = f"bearer token from ${args.token_env}" if token else "no token"
     print(f"serving {args.env_id} at {server.url} (OpenEnv protocol; {auth}; Ctrl-C stops)", flush=True)
@@ -640,6 +641,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve_env.add_argument(
         "--ws-compression", action="store_true", help="compress WebSocket messages (slow links between machines)"
+    )
+    serve_env.add_argument(
+        "--no-token-ok",
+        action="store_true",
+        help="serve on a non-loopback address without a token (anyone who reaches it runs code in its sandboxes)",
     )
     serve_env.set_defaults(func=_cmd_serve_env)
 
