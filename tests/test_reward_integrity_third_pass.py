@@ -316,3 +316,21 @@ def test_an_extends_cycle_and_a_deep_document_are_spec_errors(tmp_path):
     (tmp_path / "odd.yaml").write_text("extends: [1, 2]\nname: odd\n")
     with pytest.raises(SpecError, match="extends"):
         load_spec(tmp_path / "odd.yaml")
+
+
+@requires_bwrap
+def test_the_sandbox_environ_shows_nothing_of_the_hosts_working_directory(tmp_path, monkeypatch):
+    """Old code: the launcher's /bin/sh exported PWD, so /proc/1/environ (bwrap's) named the folder
+    the host process ran in."""
+    from harness_gym.sandboxes.base import create_sandbox
+
+    here = tmp_path / "host-cwd-issue-28"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    sandbox = create_sandbox("bubblewrap")
+    try:
+        sandbox.start(sandbox.new_workspace(), "/workspace")
+        seen = sandbox.run("for f in /proc/[0-9]*/environ; do tr '\\0' '\\n' < $f; done 2>/dev/null", 30).output
+    finally:
+        sandbox.close()
+    assert "PATH=" in seen and "host-cwd-issue-28" not in seen, seen
