@@ -331,9 +331,11 @@ def test_the_audit_flags_a_weak_task(weak_suite, tmp_path):
     data = json.loads(out.read_text())
     assert data["exploitable"] == {"weak-median": ["forge-verdict-atexit", "patch-test-framework"]}
     assert data["tasks"]["weak-median"]["nothing"]["reward"] == 0.0
-    assert data["passes"] == data["exploitable"] and data["above_baseline"] == {} and data["baselines"] == {
-        "weak-median": 0.0
-    }
+    assert (
+        data["passes"] == data["exploitable"]
+        and data["above_baseline"] == {}
+        and data["baselines"] == {"weak-median": 0.0}
+    )
 
 
 @requires_bwrap

@@ -151,7 +151,9 @@ class AuditReport:
             lines.append(f"{task_id:<{width}}" + " ".join(marks))
         lines.append("")
         lines += [f"{n:>3} {name}" for n, name in zip(numbers, self.exploits, strict=True)]
-        lines.append("P passed (1)   X scored above 0   . scored 0   e scored 0, grader error   ! audit could not run it")
+        lines.append(
+            "P passed (1)   X scored above 0   . scored 0   e scored 0, grader error   ! audit could not run it"
+        )
         total = len(self.task_ids)
         baselines = self.baselines()
         for title, found in (
