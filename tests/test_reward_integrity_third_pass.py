@@ -134,7 +134,8 @@ def test_an_undead_writer_earns_nothing_on_docker(tmp_path, docker_engine, monke
     """The same attack in a grading container (pid 1 is the guard shell there)."""
     host, image = docker_engine
     monkeypatch.setenv("DOCKER_HOST", host)
-    for task in (clawgym_program_task(tmp_path / "claw"), pinchbench_program_task(tmp_path / "pinch")):
+    claw = replace(clawgym_program_task(tmp_path / "claw"), grade_command="sh reward/reward.sh")  # no bash there
+    for task in (claw, pinchbench_program_task(tmp_path / "pinch")):
         task = replace(task, image=image)
         assert honest(task, solve_command(), backend="docker") == 1.0
         cell = play(task, UNDEAD, backend="docker")
@@ -360,6 +361,7 @@ def test_an_undead_writer_earns_nothing_on_swe_and_r2e_tasks_in_docker(swe_image
     tasks = load_tasks(f"swebench:{tmp_path / 'swe.jsonl'}#image={tag}") + load_tasks(f"r2e:{tmp_path / 'r2e.jsonl'}")
     for task in tasks:
         assert task.signed_verdict
-        assert honest(task, "sed -i '0,/a - b/s//a + b/' /testbed/calc.py") == 1.0, task.id
+        fixed = play(task, Exploit("honest", "the fix", ({"bash": "sed -i '2s/a - b/a + b/' /testbed/calc.py"},)))
+        assert fixed.reward == 1.0, fixed
         cell = play(task, UNDEAD)
         assert cell.reward == 0.0, cell
