@@ -61,6 +61,7 @@ from typing import Any, ClassVar, TypeVar
 
 from harness_gym.budget import COMMAND_TIMEOUT_S, OUTPUT_LIMIT_CHARS
 from harness_gym.sandboxes.base import TOOLS_DIR, CommandResult, SandboxBackend, SandboxError
+from harness_gym.sandboxes.launcher import launch
 
 _S = TypeVar("_S", bound="ShellSandbox")
 _CREDENTIALS = struct.calcsize("3i")
@@ -207,16 +208,20 @@ class ShellSandbox(SandboxBackend):
         status mode stdin is the command pipe and stderr the status pipe."""
         socket_mode = self.status_channel == "socket"
         with self._shell_command(shell_argv) as (argv, extra_fds):
-            return subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL if socket_mode else subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT if socket_mode else subprocess.PIPE,
-                start_new_session=True,
-                env=self._shell_env(),
-                cwd=self._shell_cwd(),
-                pass_fds=(*pass_fds, *extra_fds),
-                bufsize=0,
+            env, cwd = self._shell_env(), self._shell_cwd()
+            # on the launcher thread: a sandbox must not die with the thread that reset it
+            return launch(
+                lambda: subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL if socket_mode else subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT if socket_mode else subprocess.PIPE,
+                    start_new_session=True,
+                    env=env,
+                    cwd=cwd,
+                    pass_fds=(*pass_fds, *extra_fds),
+                    bufsize=0,
+                )
             )
 
     def _kill_all(self) -> None:
@@ -811,15 +816,17 @@ def run_oneshot(
     grader logs can pass for its verdict, is in ``extra["stderr"]``. ``pass_fds`` are handed to it
     (a sandbox's seccomp program, say); ``cwd``: its working folder (default: ours)."""
     started = time.perf_counter()
-    proc = subprocess.Popen(
-        list(argv),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        env=dict(env) if env is not None else None,
-        pass_fds=tuple(pass_fds),
-        cwd=cwd,
+    proc = launch(
+        lambda: subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            env=dict(env) if env is not None else None,
+            pass_fds=tuple(pass_fds),
+            cwd=cwd,
+        )
     )
     # Read both streams as they come, keeping only a head and a tail of each (``communicate`` kept
     # everything: a graded program writing to the grader's stdout for the whole grading time could
