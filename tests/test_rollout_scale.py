@@ -53,3 +53,60 @@ def test_a_sandbox_outlives_the_pool_thread_that_reset_it(tmp_path):
 @pytest.mark.slow
 def test_64_sandboxes_outlive_the_pool_threads_that_reset_them(tmp_path):
     assert _reset_in_pool_then_step(tmp_path, 64) == 0
+
+
+_HANGING_GRADE = """
+import json, sys
+from harness_gym import HarnessEnv
+from harness_gym.tasks.base import Task
+root = sys.argv[1]
+task = Task(id="hang", instruction="x", workspace_dir=root + "/files", grader_files=(root + "/grader",),
+            grade_command="sleep 600", grader_payload=True, signed_verdict=True)
+env = HarnessEnv("S0T0O0C0W0", tasks=[task], max_steps=50)
+env.reset(seed=0)
+finish = env.tool_interface.finish_name
+env.step('<tool_call>{"name": "%s", "arguments": {}}</tool_call>' % finish)
+"""
+
+
+def test_kill_9_mid_grading_leaves_no_payload_folder_after_the_next_start(tmp_path):
+    """The grading payload folder (the verdict key, the transcript) is in the crash-recovery
+    registry like every other folder a run makes: reclaimed after a kill -9."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    from harness_gym.sandboxes import isolation
+
+    _task(tmp_path)
+    tmpdir = Path(tempfile.mkdtemp(prefix="hg-payload-", dir="/tmp"))
+    os.chmod(tmpdir, 0o755)  # reachable by sandbox uids, so every folder of the run lands here
+    repo = Path(__file__).resolve().parent.parent
+    environment = {**os.environ, "TMPDIR": str(tmpdir), "PYTHONPATH": str(repo)}
+    child = subprocess.Popen([sys.executable, "-c", _HANGING_GRADE, str(tmp_path)], env=environment)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not list(tmpdir.glob("harness-gym-payload-*")):
+            assert child.poll() is None, "the child ended before grading"
+            time.sleep(0.05)
+        payloads = list(tmpdir.glob("harness-gym-payload-*"))
+        assert payloads, "no grading started"
+        time.sleep(0.3)  # the grader sandbox is running
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=30)
+        assert all(p.exists() for p in payloads)  # the crash left them behind
+        isolation.reclaim_dead_owners()  # what the next start does
+        assert [p for p in payloads if p.exists()] == []
+        shared = ("harness-gym-tools-", "harness-gym-bin-", "harness-gym-grader-init-", "harness-gym-layer-")
+        assert [p.name for p in tmpdir.iterdir() if not p.name.startswith(shared)] == []
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        isolation.reclaim_dead_owners()
+        subprocess.run(["umount", "-l", *[str(p) for p in tmpdir.glob("harness-gym-ws-*")]], capture_output=True)
+        import shutil
+
+        shutil.rmtree(tmpdir, ignore_errors=True)

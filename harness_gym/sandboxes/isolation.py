@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness_gym.paths import track_temporary_folders
 from harness_gym.sandboxes import layers
 
 UID_BASE = 231_072  # above typical system and subordinate-id ranges
@@ -757,21 +758,30 @@ def new_workspace(size_mb: int | None, root: str | Path | None = None) -> tuple[
     return path, False
 
 
-def private_folder(prefix: str) -> Path:
-    """A 0700 temporary folder owned (registered) by this process: control and grader folders."""
-    path = Path(tempfile.mkdtemp(prefix=prefix, dir=shared_temp_dir()))
+def private_folder(prefix: str, parent: str | Path | None = None) -> Path:
+    """A 0700 temporary folder owned (registered) by this process: control and grader folders,
+    grading payloads, layer staging. Every host folder a run makes goes through here (or
+    :func:`registered_folder`), so a ``kill -9`` leaves a registry entry, never the folder."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent or shared_temp_dir()))
     registry().add("dir", path)
     return path
 
 
 @contextlib.contextmanager
-def grader_folder() -> Iterator[str]:
-    """A private folder for grader files, registered so that a crash mid-grading leaves nothing."""
-    path = private_folder("harness-gym-grader-")
+def registered_folder(prefix: str, parent: str | Path | None = None) -> Iterator[Path]:
+    """A :func:`private_folder` for the duration of a block, removed (and unregistered) after it."""
+    path = private_folder(prefix, parent)
     try:
-        yield str(path)
+        yield path
     finally:
         release_workspace(path)
+
+
+@contextlib.contextmanager
+def grader_folder() -> Iterator[str]:
+    """A private folder for grader files, registered so that a crash mid-grading leaves nothing."""
+    with registered_folder("harness-gym-grader-") as path:
+        yield str(path)
 
 
 def release_workspace(path: Path) -> None:
@@ -785,6 +795,9 @@ def release_workspace(path: Path) -> None:
             remove_tree(path)
     if _registry is not None and _registry.pid == os.getpid():
         _registry.discard("dir", path)
+
+
+track_temporary_folders(lambda path: registry().add("dir", path), lambda path: registry().discard("dir", path))
 
 
 def chown_tree(path: Path, uid: int, gid: int) -> None:

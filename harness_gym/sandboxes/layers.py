@@ -42,6 +42,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness_gym.paths import forget_folder, record_folder, temporary_folder
+
 LAYER_PREFIX = "harness-gym-layer-"
 MERGED = "merged"
 META_SUFFIX = ".meta.json"
@@ -127,7 +129,7 @@ def shared_layer(sources: Sequence[Path], fill: Callable[[Path], None]) -> Path:
         _LAYERS[key] = target
         _record_use(target, key)
         return target
-    staging = Path(tempfile.mkdtemp(prefix=f"{LAYER_PREFIX}staging-"))
+    staging = temporary_folder(f"{LAYER_PREFIX}staging-")
     try:
         fill(staging)
         os.chmod(staging, 0o755)
@@ -140,6 +142,7 @@ def shared_layer(sources: Sequence[Path], fill: Callable[[Path], None]) -> Path:
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+        forget_folder(staging)
     _LAYERS[key] = target
     _record_use(target, key, size)
     return target
@@ -437,16 +440,19 @@ def available() -> bool:
         with open("/proc/filesystems") as handle:
             if "overlay" not in handle.read():
                 return False
-        source = Path(tempfile.mkdtemp(prefix=f"{LAYER_PREFIX}probe-"))
-        (source / "probe").write_text("x")
+        source = temporary_folder(f"{LAYER_PREFIX}probe-")
         try:
+            (source / "probe").write_text("x")
             workspace = prepare(1)
+            record_folder(workspace)
             try:
                 mount(workspace, source, 65_534)
                 return (workspace / "probe").stat().st_uid == 65_534
             finally:
                 release(workspace)
+                forget_folder(workspace)
         finally:
             shutil.rmtree(source, ignore_errors=True)
+            forget_folder(source)
     except OSError:
         return False
