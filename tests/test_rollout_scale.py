@@ -110,3 +110,85 @@ def test_kill_9_mid_grading_leaves_no_payload_folder_after_the_next_start(tmp_pa
         import shutil
 
         shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+@pytest.fixture
+def layer_cache(monkeypatch):
+    """This test's own layer cache (``tempfile.gettempdir()`` is where layers go)."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="hg-layer-cache-", dir="/tmp"))
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _old_source(root: Path) -> Path:
+    """Task files last modified long ago: a copied layer's folders carry those times."""
+    import os
+
+    source = root / "task"
+    source.mkdir()
+    (source / "a.txt").write_text("alpha\n")
+    for path in (source / "a.txt", source):
+        os.utime(path, (time.time() - 7 * 24 * 3600,) * 2)
+    return source
+
+
+def _copy_from(source: Path):
+    import shutil
+
+    return lambda staging: shutil.copytree(source, staging, dirs_exist_ok=True)  # copystat: old times
+
+
+def test_a_new_layer_survives_another_process_reclaim_right_after_it_is_renamed_into_place(
+    tmp_path, layer_cache, monkeypatch
+):
+    """Async vector environments crashed with ``open_tree: ENOENT``: a layer just renamed into place
+    had no sidecar yet, read as an older version's idle for a week, and another process's reclaim
+    removed it before its maker mounted it."""
+    from harness_gym.sandboxes import isolation, layers
+
+    source = _old_source(tmp_path)
+    rename = Path.rename
+
+    def rename_then_reclaim(self, target):  # another process starts exactly then
+        done = rename(self, target)
+        isolation.reclaim_layer_cache()
+        return done
+
+    monkeypatch.setattr(Path, "rename", rename_then_reclaim)
+    layer = layers.shared_layer([source], _copy_from(source))
+    monkeypatch.undo()
+    assert layer.is_dir() and (layer / "a.txt").read_text() == "alpha\n"
+
+
+def test_a_layer_being_filled_survives_another_process_reclaim(tmp_path, layer_cache):
+    """A staging folder whose copied files date it a week back is a live process's, not a crash's."""
+    from harness_gym.sandboxes import isolation, layers
+
+    source = _old_source(tmp_path)
+    copy = _copy_from(source)
+
+    def fill_then_reclaim(staging: Path) -> None:
+        copy(staging)
+        isolation.reclaim_layer_cache()  # another process starts mid-fill
+
+    layer = layers.shared_layer([source], fill_then_reclaim)
+    assert layer.is_dir() and (layer / "a.txt").read_text() == "alpha\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("count", [32, 64])
+def test_async_vector_environments_survive_repeated_resets(count):
+    """``gym.make_vec(..., vectorization_mode="async")``: every sub-environment a process of its own,
+    all starting, making layers and reclaiming the cache at once; no reset may fail."""
+    import gymnasium as gym
+
+    envs = gym.make_vec("Harness-S0T0O0C0W0", num_envs=count, vectorization_mode="async")
+    try:
+        for seed in range(20):  # the issue saw a crash in one of three runs
+            envs.reset(seed=seed)
+    finally:
+        envs.close()

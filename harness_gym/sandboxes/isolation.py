@@ -260,7 +260,8 @@ def _reclaim_once() -> None:
 def reclaim_layer_cache(**limits: Any) -> list[str]:
     """Bound the copy-on-write layer cache (:func:`.layers.reclaim_layers`), sparing every layer a
     live process's registry lists. Returns a line per layer removed."""
-    return layers.reclaim_layers(registered=live_registry_values("layer"), **limits)
+    in_use = live_registry_values("layer") + live_registry_values("dir")  # layers, and staging being filled
+    return layers.reclaim_layers(registered=in_use, **limits)
 
 
 def live_registry_values(kind: str) -> list[str]:

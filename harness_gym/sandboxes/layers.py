@@ -129,22 +129,26 @@ def shared_layer(sources: Sequence[Path], fill: Callable[[Path], None]) -> Path:
         _LAYERS[key] = target
         _record_use(target, key)
         return target
-    staging = temporary_folder(f"{LAYER_PREFIX}staging-")
+    staging = temporary_folder(f"{LAYER_PREFIX}staging-")  # registered: no other process's reclaim removes it
     try:
         fill(staging)
         os.chmod(staging, 0o755)
-        size = _tree_bytes(staging)
+        # the sidecar first: a layer without one reads as an older version's, idle since its files'
+        # (copied) modification time, which another process's reclaim removed between the rename and
+        # the sidecar (async vector environments: open_tree ENOENT)
+        _record_use(target, key, _tree_bytes(staging))
         staging.rename(target)
     except OSError:
         if not target.is_dir():
+            with contextlib.suppress(OSError):
+                _meta_path(target).unlink()
             raise
-        size = None
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
         forget_folder(staging)
     _LAYERS[key] = target
-    _record_use(target, key, size)
+    _record_use(target, key)
     return target
 
 
@@ -238,6 +242,8 @@ def reclaim_layers(
     in_use = layers_in_use(registered)
     done: list[str] = []
     for entry in folder.glob(f"{LAYER_PREFIX}*"):  # half-made layers of killed processes
+        if entry.name in in_use:  # a live process is filling it (its mtime may be its sources')
+            continue
         with contextlib.suppress(OSError):
             if entry.name[len(LAYER_PREFIX) :].startswith(_TRANSIENT) and now - entry.stat().st_mtime > 3600:
                 shutil.rmtree(entry, ignore_errors=True)
