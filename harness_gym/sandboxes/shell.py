@@ -652,6 +652,20 @@ class ShellSandbox(SandboxBackend):
             ended = "eof"
         return self._restart_after(partial, timed_out=ended == "timeout", timeout=timeout, what="tool server")
 
+    def prime_tool_server(self) -> None:
+        """Start the in-sandbox tool server now, in the background: its launcher gets the start byte
+        and execs Python while the episode starts (a spare: off every clock), not at the first
+        non-shell tool call or context fold (90-280 ms of interpreter start). Nothing when the server
+        is started already or is a process of its own (Docker)."""
+        channels = self._channels
+        if channels is None or channels.requests is None or channels.server_started:
+            return
+        try:
+            os.write(channels.requests, b"G")
+        except OSError:  # the shell is gone: the next request restarts the sandbox's processes
+            return
+        channels.server_started = True
+
     def _exchange(self, channels: _Channels, frame: bytes, timeout: float) -> tuple[dict[str, Any] | None, str]:
         assert channels.requests is not None and channels.replies is not None
         deadline = time.monotonic() + timeout
