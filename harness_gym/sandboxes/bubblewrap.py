@@ -183,7 +183,8 @@ class BubblewrapSandbox(ShellSandbox):
             global _uid_cursor
             # a sandbox asks for its previous uid first: its copy-on-write layer's idmapping is cached per uid
             previous = self._previous_uid
-            self._lease = isolation.UidLease.acquire(_uid_cursor if previous is None else previous - isolation.UID_BASE)
+            start = _uid_cursor if previous is None else previous - isolation.uid_pool().start
+            self._lease = isolation.UidLease.acquire(start)
             if previous is None:
                 _uid_cursor += 1
             self._previous_uid = self._lease.uid

@@ -39,8 +39,10 @@ from typing import Any
 from harness_gym.paths import track_temporary_folders
 from harness_gym.sandboxes import layers
 
-UID_BASE = 231_072  # above typical system and subordinate-id ranges
-UID_COUNT = 4096
+UID_BASE_VARIABLE = "HARNESS_GYM_UID_BASE"  # the first sandbox uid
+UID_COUNT_VARIABLE = "HARNESS_GYM_UID_COUNT"  # how many sandbox uids (a live sandbox and its spare hold one each)
+DEFAULT_UID_BASE = 231_072  # above typical system and subordinate-id ranges
+DEFAULT_UID_COUNT = 32_768  # 10,000 sandboxes on one node, each with a warm spare, and room to spare
 CGROUP_PREFIX = "harness-gym-"
 STATE_DIR_VARIABLE = "HARNESS_GYM_STATE_DIR"  # override of the host-wide state folder
 CGROUP_ROOT_VARIABLE = "HARNESS_GYM_CGROUP_ROOT"  # where the cgroup filesystem is mounted
@@ -341,6 +343,25 @@ def die_with_parent() -> None:
 # ----------------------------------------------------------------------------- uid leases
 
 
+def uid_pool() -> range:
+    """The host uids sandboxes lease: ``HARNESS_GYM_UID_BASE`` and ``HARNESS_GYM_UID_COUNT``
+    (defaults 231,072 and 32,768). Every process of a host must agree on it (leases are per uid)."""
+    base = _whole_number(UID_BASE_VARIABLE, DEFAULT_UID_BASE, 1000)
+    count = _whole_number(UID_COUNT_VARIABLE, DEFAULT_UID_COUNT, 1)
+    if base + count > 0xFFFF_FFFE:  # (uid_t)-1 and beyond are not uids
+        raise ValueError(f"{UID_BASE_VARIABLE} + {UID_COUNT_VARIABLE} = {base + count} is past the last uid 4294967294")
+    return range(base, base + count)
+
+
+def _whole_number(variable: str, default: int, least: int) -> int:
+    text = os.environ.get(variable, "").strip()
+    if not text:
+        return default
+    if not text.isdigit() or int(text) < least:
+        raise ValueError(f"{variable} must be a whole number of at least {least}, got {text!r}")
+    return int(text)
+
+
 @dataclass
 class UidLease:
     """Exclusive use of one host uid, held by an flock in the host-wide state folder for the
@@ -358,8 +379,9 @@ class UidLease:
     @classmethod
     def acquire(cls, start: int = 0) -> UidLease:
         folder = lock_dir()
-        for offset in range(UID_COUNT):
-            uid = UID_BASE + (start + offset) % UID_COUNT
+        pool = uid_pool()
+        for offset in range(len(pool)):
+            uid = pool[(start + offset) % len(pool)]
             handle = os.open(folder / f"{uid}.lock", os.O_RDWR | os.O_CREAT, 0o600)
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -371,7 +393,10 @@ class UidLease:
             lease.generation = secrets.token_hex(8)
             lease.record()
             return lease
-        raise RuntimeError(f"all {UID_COUNT} sandbox uids are in use")
+        raise RuntimeError(
+            f"all {len(pool)} sandbox uids ({pool.start}-{pool.stop - 1}) are in use; "
+            f"set {UID_COUNT_VARIABLE} (and {UID_BASE_VARIABLE}) for a larger pool"
+        )
 
     @property
     def token(self) -> str:
@@ -422,7 +447,7 @@ def reclaim_uid(entry: str) -> list[str]:
     older release), keyed to the lease generation: nothing is killed unless the uid's lock is free
     and its file still names that generation with resources unreleased. Returns what was done."""
     number, _, generation = entry.partition(":")
-    if not number.isdigit() or not UID_BASE <= int(number) < UID_BASE + UID_COUNT:
+    if not number.isdigit() or int(number) not in uid_pool():
         return [f"skipped a uid entry this release cannot read or that is outside its pool: {entry!r}"]
     uid = int(number)
     try:
