@@ -307,3 +307,45 @@ def test_the_uid_pool_is_configurable_and_checked(monkeypatch):
         monkeypatch.setenv(variable, bad)
         with pytest.raises(ValueError, match=variable):
             isolation.uid_pool()
+
+
+def test_a_closed_sandbox_leaves_no_uid_entry_in_the_registry():
+    """release() cleared the lease's generation before the registry discarded ``uid:generation``:
+    every closed sandbox left a live-looking uid entry in its owner's registry log."""
+    from harness_gym.sandboxes import isolation
+    from harness_gym.sandboxes.bubblewrap import BubblewrapSandbox
+
+    if not isolation.is_root():
+        pytest.skip("uid leases need root")
+    box = BubblewrapSandbox()
+    box.start(box.new_workspace(), "/workspace")
+    token = box._lease.token
+    assert token in isolation.registry()._items["uid"]
+    box.close()
+    assert token not in isolation.registry()._items["uid"]
+    assert not any(entry.startswith(token.partition(":")[0] + ":") for entry in isolation.registry()._items["uid"])
+
+
+def test_commands_run_when_this_process_holds_descriptors_above_1023(tmp_path):
+    """select(2) refuses descriptors above 1023: at ~170 sandboxes in one process every command and
+    tool call failed with ``filedescriptor out of range in select()``."""
+    import os
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < 1300:
+        pytest.skip("the descriptor limit is too low to hold 1,100 descriptors")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1300), hard))
+    filler = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
+    env = HarnessEnv("S0T0O0C0W0", tasks=[_task(tmp_path)], max_steps=50)
+    try:
+        env.reset(seed=0)
+        assert env.sandbox.run("cat a.txt").output == "alpha\n"
+        call = '{"name": "file_editor", "arguments": {"command": "view", "path": "/workspace/a.txt"}}'
+        env.step(f"<tool_call>{call}</tool_call>")
+        assert "alpha" in env.messages[-1]["content"]
+    finally:
+        env.close()
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

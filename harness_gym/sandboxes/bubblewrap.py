@@ -413,8 +413,9 @@ class BubblewrapSandbox(ShellSandbox):
             isolation.registry().discard("cgroup", group)
         self._cgroups = []
         if self._lease is not None:
+            token = self._lease.token  # (release clears the generation the token names)
             self._lease.release()  # the pid namespace and cgroups are gone: nothing of this uid runs
-            isolation.registry().discard("uid", self._lease.token)
+            isolation.registry().discard("uid", token)
             self._lease = None
         if self._control is not None:
             isolation.registry().discard("dir", self._control)
@@ -459,8 +460,9 @@ def _finalize(state: dict[str, Any]) -> None:
     lease = state.get("lease")
     if lease is not None:
         isolation.kill_uid(lease.uid)
+        token = lease.token
         lease.release()
-        isolation.registry().discard("uid", lease.token)
+        isolation.registry().discard("uid", token)
     if state.get("control") is not None:
         isolation.registry().discard("dir", state["control"])
     for key in ("control", "workspace"):

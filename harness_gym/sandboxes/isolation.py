@@ -420,6 +420,9 @@ class UidLease:
         """Clean up what a crashed previous holder of this uid left behind; a line per thing done."""
         data = self.recorded()
         if not any(value for key, value in data.items() if key != "generation"):
+            if data.get("generation"):  # its owner died before it started anything: only the name goes
+                self.generation = ""
+                self.record()
             return []  # released cleanly
         kill_uid(self.uid)
         done = [f"killed what was left of uid {self.uid}"]

@@ -598,7 +598,7 @@ class ShellSandbox(SandboxBackend):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
-            ready, _, _ = select.select([fd], [], [], remaining)
+            ready, _ = wait_for([fd], [], remaining)
             if not ready:
                 continue
             try:
@@ -678,9 +678,7 @@ class ShellSandbox(SandboxBackend):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None, "timeout"
-            ready_read, ready_write, _ = select.select(
-                [channels.replies], [channels.requests] if view else [], [], remaining
-            )
+            ready_read, ready_write = wait_for([channels.replies], [channels.requests] if view else [], remaining)
             if ready_write and view:
                 try:
                     view = view[os.write(channels.requests, view) :]
@@ -803,10 +801,27 @@ def _wait_for_exit(proc: subprocess.Popen[bytes], timeout: float) -> None:
             proc.wait(timeout=timeout)
         return
     try:
-        select.select([handle], [], [], timeout)
+        wait_for([handle], [], timeout)
     finally:
         os.close(handle)
     proc.poll()
+
+
+def wait_for(readable: Sequence[int], writable: Sequence[int], timeout: float) -> tuple[list[int], list[int]]:
+    """The descriptors of ``readable`` and ``writable`` that are ready within ``timeout`` seconds:
+    poll(2), not select(2), which refuses any descriptor above 1023 (a process holding a few hundred
+    sandboxes has thousands open). A hung-up or failed descriptor counts as ready (its read or
+    write then tells what happened)."""
+    poller = select.poll()
+    for fd in readable:
+        poller.register(fd, select.POLLIN)
+    for fd in writable:
+        poller.register(fd, select.POLLOUT | (select.POLLIN if fd in readable else 0))
+    done = poller.poll(math.ceil(min(max(timeout, 0.0), _LONGEST_WAIT_S) * 1000))
+    hung = select.POLLHUP | select.POLLERR | select.POLLNVAL
+    read = [fd for fd, events in done if fd in readable and events & (select.POLLIN | hung)]
+    write = [fd for fd, events in done if fd in writable and events & (select.POLLOUT | hung)]
+    return read, write
 
 
 def _children(pid: int) -> list[int]:
