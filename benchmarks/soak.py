@@ -142,6 +142,10 @@ def owner(journal: Path, count: int, seed: int, stop: Path, task_root: Path) -> 
 
         with ThreadPoolExecutor(max_workers=rng.randint(1, count)) as pool:
             list(pool.map(play, plan))
+        from harness_gym.sandboxes import isolation
+
+        while isolation._acquire_failures:  # a uid whose last holder's leftovers could not be reclaimed
+            print(f"acquire: {isolation._acquire_failures.pop()}", file=sys.stderr, flush=True)
     for group in envs.values():
         for env in group:
             env.close()
@@ -224,6 +228,7 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
     all_pids: list[int] = []
     killed: list[int] = []
     seen: dict[str, set[str]] = {}
+    lessee: dict[str, int] = {}  # uid token -> the owner whose registry listed it
     serial = 0
 
     def spawn() -> None:
@@ -244,6 +249,8 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
         for pid, (proc, _) in list(owners.items()):
             for kind, values in _registry_entries(pid).items():
                 seen.setdefault(kind, set()).update(values)
+                if kind == "uid":
+                    lessee.update(dict.fromkeys(values, pid))
             if proc.poll() is not None:  # an owner that died by itself: reported, replaced
                 del owners[pid]
                 spawn()
@@ -251,6 +258,8 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
             victim = rng.choice(sorted(owners))
             for kind, values in _registry_entries(victim).items():
                 seen.setdefault(kind, set()).update(values)
+                if kind == "uid":
+                    lessee.update(dict.fromkeys(values, victim))
             os.kill(victim, signal.SIGKILL)
             owners.pop(victim)[0].wait()
             killed.append(victim)
@@ -290,10 +299,16 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
     outcomes["errored"] += len(in_flight)  # the supervisor's record of an episode its owner took with it
     by_fault.setdefault("owner_killed", Counter())["errored"] += len(in_flight)
     left = _leftovers(seen, all_pids, tmpdir)
+    left = [
+        f"{line} (owner {lessee[token]}{', killed' if lessee[token] in killed else ''})"
+        if (token := line.split(" ")[2] if line.startswith("uid lease ") else "") in lessee
+        else line
+        for line in left
+    ]
     errors = []
     for journal in sorted(journals.glob("owner-*.jsonl.stderr")):
         text = journal.read_text(errors="replace").strip()
-        if "Traceback" in text:
+        if "Traceback" in text or "acquire:" in text:
             errors.append(text[-600:])
     result = {
         "minutes": round(elapsed / 60, 2),

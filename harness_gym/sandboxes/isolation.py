@@ -362,6 +362,9 @@ def _whole_number(variable: str, default: int, least: int) -> int:
     return int(text)
 
 
+_acquire_failures: list[str] = []  # uids whose previous holder's leftovers could not be reclaimed (for doctor)
+
+
 @dataclass
 class UidLease:
     """Exclusive use of one host uid, held by an flock in the host-wide state folder for the
@@ -389,9 +392,16 @@ class UidLease:
                 os.close(handle)
                 continue
             lease = cls(uid, handle)
-            lease.reclaim()
-            lease.generation = secrets.token_hex(8)
-            lease.record()
+            try:
+                lease.reclaim()
+                lease.generation = secrets.token_hex(8)
+                lease.record()
+            except BaseException as exc:  # never keep the lock of a lease not handed out (it leaked)
+                os.close(handle)
+                if isinstance(exc, Exception):
+                    _acquire_failures.append(f"uid {uid}: {type(exc).__name__}: {exc}")
+                    continue
+                raise
             return lease
         raise RuntimeError(
             f"all {len(pool)} sandbox uids ({pool.start}-{pool.stop - 1}) are in use; "
