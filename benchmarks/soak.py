@@ -213,9 +213,24 @@ def _start_owner(
     return subprocess.Popen(command, env=environment, stdout=subprocess.DEVNULL, stderr=open(f"{journal}.stderr", "wb"))
 
 
+def _private_host_state(args: argparse.Namespace) -> None:
+    """A state folder and a uid range of the soak's own (``--shared-state`` keeps the host's): on a
+    host shared with other harness-gym processes, their crash-recovery pass would reclaim the soak's
+    killed owners (an older release skips uids outside its pool and drops the log), and the soak's
+    figures would be theirs."""
+    if args.shared_state:
+        return
+    from harness_gym.sandboxes import isolation
+
+    os.environ[isolation.STATE_DIR_VARIABLE] = tempfile.mkdtemp(prefix="hg-soak-state-")
+    os.environ.setdefault(isolation.UID_BASE_VARIABLE, "3000000")  # far from the default pool
+    os.environ.setdefault(isolation.UID_COUNT_VARIABLE, str(isolation.DEFAULT_UID_COUNT))
+
+
 def soak(args: argparse.Namespace) -> dict[str, Any]:
     from harness_gym.sandboxes import isolation
 
+    _private_host_state(args)
     tmpdir = Path(tempfile.mkdtemp(prefix="hg-soak-", dir="/tmp"))
     os.chmod(tmpdir, 0o755)  # sandbox uids reach it: every folder of the run lands here
     journals = Path(tempfile.mkdtemp(prefix="hg-soak-journals-"))
@@ -329,6 +344,8 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
     }
     import shutil
 
+    if not args.shared_state:
+        shutil.rmtree(isolation.state_dir(), ignore_errors=True)
     shutil.rmtree(tmpdir, ignore_errors=True)
     shutil.rmtree(tmpdir.parent / f"{tmpdir.name}.tasks", ignore_errors=True)
     stop.unlink(missing_ok=True)
@@ -345,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--owners", type=int, default=4, help="owner processes sharing them (default 4)")
     parser.add_argument("--kill-every", type=float, default=60.0, help="seconds between kill -9 of an owner")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--shared-state", action="store_true", help="use the host's state folder and uid pool, not the soak's own"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "soak.json")
     parser.add_argument("--owner", type=Path, help=argparse.SUPPRESS)  # the owner process's journal
     parser.add_argument("--share", type=int, default=1, help=argparse.SUPPRESS)

@@ -349,3 +349,39 @@ def test_commands_run_when_this_process_holds_descriptors_above_1023(tmp_path):
         for fd in filler:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.mark.slow
+def test_a_short_soak_records_every_episode_once_and_leaves_nothing(tmp_path):
+    """``benchmarks/soak.py`` for half a minute: owners killed -9, OOM, full tmpfs, hanging graders."""
+    import json
+
+    from benchmarks import soak
+
+    out = tmp_path / "soak.json"
+    code = soak.main(
+        ["--minutes", "0.5", "--environments", "4", "--owners", "2", "--kill-every", "10", "--out", str(out)]
+    )
+    result = json.loads(out.read_text())
+    assert result["recorded_exactly_once"] and result["left_behind"] == [] and result["owner_tracebacks"] == []
+    assert result["owners_killed"] >= 1 and result["episodes"] > 0
+    assert code == 0
+
+
+def test_a_dead_owners_uid_outside_this_pool_stays_for_a_process_that_can_reclaim_it(monkeypatch):
+    """A process with another uid pool (or an older release with a smaller one) reclaimed a dead
+    owner's log, skipped its uids and deleted the log: those leases were never reclaimed."""
+    from harness_gym.sandboxes import isolation
+
+    dead_pid = 2**22 + 31  # above pid_max: never a live process
+    log = isolation.state_dir() / "owners" / f"{dead_pid}-1.log"
+    outside = isolation.uid_pool().stop + 5
+    log.write_text(f"+uid {outside}:0123456789abcdef\n+uid not-a-uid:zz\n")
+    try:
+        isolation.reclaim_dead_owners()
+        assert log.read_text() == f"+uid {outside}:0123456789abcdef\n"  # kept, and only what is left
+        monkeypatch.setenv(isolation.UID_COUNT_VARIABLE, str(len(isolation.uid_pool()) + 10))
+        isolation.reclaim_dead_owners()  # a process whose pool holds it: reclaimed, the log goes
+        assert not log.exists()
+    finally:
+        log.unlink(missing_ok=True)

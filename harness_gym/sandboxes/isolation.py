@@ -296,6 +296,12 @@ def reclaim_dead_owners() -> list[str]:
                 continue
             items = read_registry(entry.read_text("utf-8", "surrogateescape"))
             done += [f"{line} (owner pid {pid})" for line in reclaim(items)]
+            # uids outside this process's pool (another HARNESS_GYM_UID_BASE/COUNT, another release)
+            # stay in the log for a process that can reclaim them: dropping the log lost them for good
+            foreign = [v for v in items.get("uid", []) if v.partition(":")[0].isdigit() and not _in_pool(v)]
+            if foreign:
+                entry.write_text("".join(f"+uid {value}\n" for value in foreign), "utf-8", "surrogateescape")
+                continue
             with contextlib.suppress(FileNotFoundError):
                 entry.unlink()
         finally:
@@ -455,12 +461,18 @@ class UidLease:
             os.close(self.handle)
 
 
+def _in_pool(entry: str) -> bool:
+    """Whether a registry ``uid`` entry names a uid of this process's pool."""
+    number = entry.partition(":")[0]
+    return number.isdigit() and int(number) in uid_pool()
+
+
 def reclaim_uid(entry: str) -> list[str]:
     """Reclaim one ``uid`` registry entry of a dead owner (``uid:generation``; a bare ``uid`` from an
     older release), keyed to the lease generation: nothing is killed unless the uid's lock is free
     and its file still names that generation with resources unreleased. Returns what was done."""
     number, _, generation = entry.partition(":")
-    if not number.isdigit() or int(number) not in uid_pool():
+    if not _in_pool(entry):
         return [f"skipped a uid entry this release cannot read or that is outside its pool: {entry!r}"]
     uid = int(number)
     try:
