@@ -30,6 +30,7 @@ RECORDINGS = Path(__file__).parent / "data" / "external" / "recordings"
 # (recording, shell tool, its argument key): the CLIs' own first requests, see record_clis.py
 CLIS = [
     ("claude-code", "Bash", "command"),
+    ("claude-code-bare", "Bash", "command"),
     ("codex", "exec_command", "cmd"),
     ("gemini-cli", "run_shell_command", "command"),
     ("qwen-code", "run_shell_command", "command"),

@@ -12,7 +12,7 @@ strict OpenAI-compatible server may refuse, so its output needs the same cleanin
 this 2-core machine at load ~9 against 0.05-0.07 ms for :func:`.anthropic.parse` on the same
 requests (the whole per-request budget is 1 ms), its import 6.5-11 s, its install 200 MB (it is
 mini-swe-agent's dependency, not ours), and it covers one of the four dialects in this direction
-(no Gemini-API server side). Each module here is ~150 lines, tested against the CLIs' real
+(no Gemini-API server side). Each module here is 125-250 lines, tested against the CLIs' real
 requests both ways (``tests/test_external_proxy.py``); the recordings are refreshed by
 ``tests/data/external/record_clis.py``.
 """
