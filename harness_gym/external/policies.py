@@ -212,7 +212,9 @@ class OpenAICompatiblePolicy:
 
     The request is rebuilt from the canonical fields only, so the CLI's extras (``reasoning_effort``,
     ``prompt_cache_key``, ``thinking``, ``store``, ...) never reach the server. ``logprobs=True`` asks for
-    per-token logprobs and vLLM's ``return_token_ids``; both are recorded in the reply.
+    per-token logprobs and vLLM's ``return_token_ids``; both are recorded in the reply. ``max_tokens``
+    caps what each request asks for: CLIs ask 32k-64k, which a server whose context is smaller
+    refuses outright (vLLM: prompt + max_tokens must fit ``max_model_len``).
     """
 
     def __init__(
@@ -222,12 +224,14 @@ class OpenAICompatiblePolicy:
         api_key: str | None = None,
         *,
         logprobs: bool = False,
+        max_tokens: int | None = None,
         timeout_s: float = 600.0,
         retries: int = 2,
         extra_body: Mapping[str, Any] | None = None,
     ) -> None:
         self.client = ChatClient(base_url, model, api_key=api_key or "EMPTY", timeout_s=timeout_s, retries=retries)
         self.logprobs = logprobs
+        self.max_tokens = max_tokens
         self.extra_body = dict(extra_body or {})
 
     def body(self, request: PolicyRequest) -> dict[str, Any]:
@@ -236,8 +240,9 @@ class OpenAICompatiblePolicy:
         tools = tools_for_server(request.tools)
         if tools:
             options["tools"] = tools
-        if request.max_tokens is not None:
-            options["max_tokens"] = request.max_tokens
+        limits = [n for n in (request.max_tokens, self.max_tokens) if n is not None]
+        if limits:
+            options["max_tokens"] = min(limits)
         if request.temperature is not None:
             options["temperature"] = request.temperature
         if self.logprobs:

@@ -30,6 +30,13 @@ from harness_gym.external.proxy import ModelProxy
 HERE = Path(__file__).parent / "recordings"
 TASK = "Create a file named hello.txt containing hi, using the shell."
 MODEL = "hg-model"
+PACKAGES = {
+    "claude-code": "@anthropic-ai/claude-code",
+    "claude-code-bare": "@anthropic-ai/claude-code",
+    "codex": "@openai/codex",
+    "gemini-cli": "@google/gemini-cli",
+    "qwen-code": "@qwen-code/qwen-code",
+}
 
 
 def trim(value: Any, limit: int = 240) -> Any:
@@ -45,6 +52,8 @@ def trim(value: Any, limit: int = 240) -> Any:
 def setup(cli: str, prefix: Path, url: str, secret: str, home: Path) -> tuple[list[str], dict[str, str], str, str]:
     """(argv, env, shell tool, its argument) for one CLI."""
     bin_dir = prefix / "node_modules" / ".bin"
+    bare = cli == "claude-code-bare"
+    cli = "claude-code" if bare else cli
     env = {"HOME": str(home), "PATH": f"{bin_dir}:{os.environ['PATH']}", "TMPDIR": str(home)}
     if cli == "claude-code":
         env.update(
@@ -182,8 +191,10 @@ def record(cli: str, prefix: Path, timeout: float) -> dict[str, Any]:
         except subprocess.TimeoutExpired as exc:
             exit_code, tail = None, str(exc.stdout or "")[-1500:]
         created = (work / "hello.txt").exists()
+        package = prefix / "node_modules" / PACKAGES.get(cli, "-") / "package.json"
         return {
             "cli": cli,
+            "version": json.loads(package.read_text())["version"] if package.exists() else None,
             "exit_code": exit_code,
             "seconds": round(time.time() - started, 1),
             "hello_created": created,
@@ -221,12 +232,20 @@ def record(cli: str, prefix: Path, timeout: float) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("clis", nargs="+")
-    parser.add_argument("--prefix", type=Path, default=Path("/tmp/h26p-cli"))
+    parser.add_argument("--prefix", type=Path, default=Path("/tmp/h26p-cli"), help="holds node_modules/ and venv/")
+    parser.add_argument(
+        "--install",
+        action="append",
+        default=[],
+        metavar="CLI=DIR",
+        help="another prefix for one CLI (e.g. harness-gym external path's tree)",
+    )
     parser.add_argument("--timeout", type=float, default=180.0)
     args = parser.parse_args()
     HERE.mkdir(parents=True, exist_ok=True)
+    prefixes = dict(item.split("=", 1) for item in args.install)
     for cli in args.clis:
-        result = record(cli, args.prefix, args.timeout)
+        result = record(cli, Path(prefixes.get(cli, args.prefix)), args.timeout)
         (HERE / f"{cli}.json").write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
         statuses = [(r["path"], r["status"], r["side"]) for r in result["records"]]
         print(cli, "exit", result["exit_code"], "created", result["hello_created"], f"{result['seconds']}s", statuses)
