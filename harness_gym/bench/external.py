@@ -128,4 +128,5 @@ def run_external_plan(
             "durations": {"episode_s": time.perf_counter() - started},
         }
         return failed, None
-    return {**episode.record, **base}, episode
+    agent = plan.role if plan.role != "model" else (_agent_name(agent_factory)[0] or episode.record["agent"])
+    return {**episode.record, **base, "agent": agent}, episode
