@@ -130,6 +130,10 @@ def external_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 def test_a_missing_install_is_an_error_naming_the_install_command(external_dir: Path, task: Task) -> None:
     with pytest.raises(ExternalInstallError, match="install it with: harness-gym external install claude-code"):
         run_external_episode("external:claude-code", task, DoNothingPolicy())
+    import gymnasium as gym
+
+    with pytest.raises(ExternalInstallError, match="harness-gym external install codex"):
+        gym.make("harness_gym/External-Codex-v0", tasks=[task])
     rows = {r["id"]: r for r in external_install.list_installs()}
     assert rows["external:codex"]["installed"] is False and rows["external:codex"]["path"].startswith(str(external_dir))
     done = subprocess.run(
@@ -369,3 +373,35 @@ def test_bench_runs_real_clis_as_class_external(tmp_path: Path) -> None:
     assert {r["class"] for r in records} == {"external"} and set(by_role) == {"model", "null"}
     assert by_role["model"]["reward"] == 1.0 and by_role["null"]["reward"] == 0.0  # file_editor steps replayed too
     assert "| external |" in (out / "report.md").read_text()
+
+
+@requires_bwrap
+def test_a_real_cli_as_a_gymnasium_environment_with_inverted_control(task: Task) -> None:
+    _require_installed("claude-code-bare")
+    import gymnasium as gym
+
+    env = gym.make("harness_gym/External-ClaudeCodeBare-v0", tasks=[task], max_turns=5)
+    try:
+        observation, info = env.reset(seed=0)
+        assert info["task_id"] == TASK_ID and env.observation_space.contains(observation)
+        assert [t["function"]["name"] for t in observation["tools"]] == ["Bash", "Edit", "Read"]
+        command = f"cd {task.mount_path} && {task.solution[0]['arguments']['command']}"
+        action = {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "Bash", "arguments": json.dumps({"command": command})},
+                }
+            ],
+        }
+        observation, reward, terminated, truncated, _ = env.step(action)
+        assert not terminated and any(m["role"] == "tool" for m in observation["messages"])  # the CLI ran it
+        observation, reward, terminated, truncated, info = env.step("Done.")
+        assert terminated and not truncated and reward == 1.0, info["error"]
+        # a second episode after a finished one; closing mid-episode ends the CLI
+        env.reset(seed=1)
+    finally:
+        env.close()

@@ -195,3 +195,11 @@ def load_cli(reference: str | ExternalCli) -> ExternalCli:
         return load_cli_file(name)
     known = ", ".join(PREFIX + n for n in clis)
     raise ExternalCliError(f"unknown external CLI {reference!r}; known: {known}")
+
+
+def gym_ids() -> dict[str, str]:
+    """Gymnasium ids of the real CLIs (inverted control, :mod:`.gym_env`): ``External-ClaudeCode`` ->
+    ``external:claude-code``, for every shipped CLI."""
+    return {
+        "External-" + "".join(p.capitalize() for p in name.split("-")): cli.id for name, cli in shipped_clis().items()
+    }
