@@ -50,22 +50,30 @@ def arm_assignments(arm: str, task_ids: Sequence[str], seed: int = 0) -> list[tu
 
 
 def record_trajectories(
-    suite: str, tasks: Sequence[Task], pairs: Sequence[tuple[str, HarnessConfig]], out_dir: Path, seed: int = 0
+    suite: str,
+    tasks: Sequence[Task],
+    pairs: Sequence[tuple[str, HarnessConfig | HarnessChoice]],
+    out_dir: Path,
+    seed: int = 0,
+    env_options: dict[str, Any] | None = None,
 ) -> list[Path]:
-    """Run the reference agent on every (task, configuration) pair; the trajectory files, in order.
+    """Run the reference agent on every (task, harness) pair; the trajectory files, in order.
 
     A reference episode that fails is an error: the task or harness is broken, and training on a
     failed demonstration would hide it."""
     paths = []
-    for index, (task_id, config) in enumerate(pairs):
-        plan = EpisodePlan(
-            HarnessChoice(config.env_id, classify_config(config), config.code), task_id, index, seed + index
+    for index, (task_id, harness) in enumerate(pairs):
+        choice = (
+            HarnessChoice(harness.env_id, classify_config(harness), harness.code)
+            if isinstance(harness, HarnessConfig)
+            else harness
         )
-        record = run_one(plan, lambda: ReferenceAgent("hermes"), list(tasks), {}, str(out_dir))
+        plan = EpisodePlan(choice, task_id, index, seed + index)
+        record = run_one(plan, lambda: ReferenceAgent("hermes"), list(tasks), dict(env_options or {}), str(out_dir))
         if not record.get("passed"):
             raise RuntimeError(
-                f"the reference agent failed {task_id} in {config.code} ({record.get('error') or record.get('outcome')}); "
-                "its trajectory cannot be a demonstration"
+                f"the reference agent failed {task_id} in {choice.env_id} "
+                f"({record.get('error') or record.get('outcome')}); its trajectory cannot be a demonstration"
             )
         paths.append(Path(record["trajectory"]))
     return paths
