@@ -30,6 +30,7 @@ from harness_gym.records import HarnessChoice, classify_config, harness_choice
 from harness_gym.replication.data import (
     ARM_SPECS,
     ArmData,
+    K,
     easy_suite,
     equalise_same_tasks,
     evaluation_tasks,
@@ -91,7 +92,9 @@ PROFILES = {
         train=TrainConfig(epochs=1, learning_rate=1e-4, trainable_layers=8),
     ),
     # the paper's ablation rows: random-18 vs OA18, K=1, K=4 and the single-configuration h1
-    "ablation": Profile("ablation", arms=("base", "oa18", "random18", "oa18-k1", "oa18-k4", "h1"), renamed=0),
+    "ablation": Profile(
+        "ablation", arms=("base", "oa18", "random18", "oa18-k1", "oa18-k4", "h1"), renamed=0, pool_tasks=64
+    ),
     # the profile of the committed 2026-11-30 figures: one-call easy tasks (it saturates)
     "easy": Profile(
         "easy",
@@ -371,7 +374,7 @@ def _bench_model(
     records: list[dict[str, Any]] = []
     for run_ in eval_runs(profile, trained=trained):
         tasks = eval_lists[run_.tasks][: run_.count]
-        if not tasks:
+        if not tasks or not run_.harnesses:
             continue
         common: dict[str, Any] = {"seed": profile.eval_seed, "max_steps": profile.max_steps, "max_new_tokens": profile.max_new_tokens, "label": label, "progress": progress}  # fmt: skip
         found = run_bench(
@@ -396,7 +399,12 @@ def _arm_data(
             return {name: ArmData.from_json(value) for name, value in saved["arms"].items()}, saved["seconds"]
     started = time.perf_counter()
     pools, ids = record_arm_pools(
-        suite, specs, lambda row: tokenize_row(row, tokenizer), schedule_seed=profile.schedule_seed + seed, workdir=work
+        suite,
+        specs,
+        lambda row: tokenize_row(row, tokenizer),
+        schedule_seed=profile.schedule_seed + seed,
+        workdir=work,
+        trajectories=profile.tasks_per_arm * K,
     )
     arms = equalise_same_tasks(pools, ids, profile.tasks_per_arm)
     seconds = time.perf_counter() - started

@@ -39,8 +39,8 @@ class ArmSpec:
     """How an arm picks its training harnesses: a training set of :mod:`harness_gym.design`
     (``base``, ``oa18``, ``random18``) or one harness (``harness``: a preset or configuration id,
     used K times), the assignment and K. Every arm runs each of its tasks ``trajectories`` times
-    (its K configurations, or the one harness repeated), so arms with equal ``trajectories`` train
-    on equal numbers of trajectories whatever their K."""
+    (its K configurations, or the one harness repeated); an arm with more trajectories per task
+    keeps fewer tasks (:func:`equalise_same_tasks`), so every arm trains on as many trajectories."""
 
     name: str
     description: str
@@ -67,8 +67,8 @@ ARM_SPECS: dict[str, ArmSpec] = {
         ArmSpec("base", ARMS["base"], training_set="base", assignment="repeat"),
         ArmSpec("oa18", ARMS["oa18"]),
         ArmSpec("random18", "ablation: 18 configurations drawn at random, locality-aware K=2", training_set="random18"),
-        ArmSpec("oa18-k1", "ablation: OA18, K=1 (each task in one configuration, run twice)", k=1),
-        ArmSpec("oa18-k4", "ablation: OA18, locality-aware K=4 (each task's first 2 of its 4 neighbours)", k=4),
+        ArmSpec("oa18-k1", "ablation: OA18, K=1 (twice the tasks, each in one configuration)", k=1, trajectories=1),
+        ArmSpec("oa18-k4", "ablation: OA18, locality-aware K=4 (half the tasks, each in 4)", k=4, trajectories=4),
         ArmSpec("h1", "ablation: the single HarnessAdapt-H1 harness (the paper's h1)", harness="HarnessAdapt-H1"),
     )
 }
@@ -310,15 +310,22 @@ def trim_to(examples: Sequence[Any], target: int) -> tuple[list[Any], int]:
 
 
 def equalise_same_tasks(pools: dict[str, list[list[Any]]], task_ids: Sequence[str], count: int) -> dict[str, ArmData]:
-    """Every arm keeps the same first ``count`` tasks (each with its trajectories), so the arms
-    differ only in the harnesses; the trained-token totals are then equalised to the smallest arm's
-    by :func:`trim_to` (each arm's trim is recorded)."""
-    if count > len(task_ids):
-        raise ValueError(f"cannot keep {count} tasks from a pool of {len(task_ids)}")
-    sizes = {len(groups) for groups in pools.values()}
-    if sizes != {len(task_ids)}:
-        raise ValueError(f"every arm needs one group per task ({len(task_ids)}), got {sorted(sizes)}")
-    kept = {name: [e for group in groups[:count] for e in group] for name, groups in pools.items()}
+    """Every arm keeps ``count`` x K trajectories from the first tasks of the same list: arms with
+    K trajectories per task (the main arms) keep the same ``count`` tasks, so they differ only in
+    the harnesses; K=1 keeps twice as many, K=4 half. The trained-token totals are then equalised
+    to the smallest arm's by :func:`trim_to` (each arm's trim is recorded)."""
+    total = count * K
+    kept: dict[str, list[Any]] = {}
+    kept_ids: dict[str, list[str]] = {}
+    for name, groups in pools.items():
+        size = len(groups[0]) if groups else 0
+        tasks = total // size if size else 0
+        if not size or tasks * size != total or tasks > min(len(groups), len(task_ids)):
+            raise ValueError(
+                f"arm {name}: cannot keep {total} trajectories from {len(groups)} tasks of {size} trajectories"
+            )
+        kept[name] = [e for group in groups[:tasks] for e in group]
+        kept_ids[name] = list(task_ids[:tasks])
     lengths = {len(v) for v in kept.values()}
     if len(lengths) != 1:
         raise ValueError(f"the arms hold different numbers of trajectories: {sorted(lengths)}")
@@ -326,7 +333,7 @@ def equalise_same_tasks(pools: dict[str, list[list[Any]]], task_ids: Sequence[st
     arms = {}
     for name, examples in kept.items():
         trimmed, excess = trim_to(examples, target)
-        arms[name] = ArmData(name, trimmed, list(task_ids[:count]), excess)
+        arms[name] = ArmData(name, trimmed, kept_ids[name], excess)
         for example in trimmed:
             arms[name].harness_counts[example.harness] = arms[name].harness_counts.get(example.harness, 0) + 1
     return arms
@@ -339,15 +346,18 @@ def record_arm_pools(
     *,
     schedule_seed: int = 0,
     workdir: Path | None = None,
+    trajectories: int | None = None,
 ) -> tuple[dict[str, list[list[Any]]], list[str]]:
-    """Per arm, one group of tokenised examples per task of ``suite`` (the same tasks for every
-    arm), from reference trajectories exported with a train flag on exactly the policy's messages."""
+    """Per arm, one group of tokenised examples per task of ``suite`` (the same task list for every
+    arm), from reference trajectories exported with a train flag on exactly the policy's messages.
+    ``trajectories``: record only the first tasks that many trajectories per arm need."""
     tasks = load_tasks(suite)
     ids = [t.id for t in tasks]
     pools: dict[str, list[list[Any]]] = {}
     with tempfile.TemporaryDirectory(dir=workdir) as scratch:
         for spec in specs:
-            pairs = spec.pairs(ids, schedule_seed)
+            needed = ids if trajectories is None else ids[: -(-trajectories // spec.trajectories)]
+            pairs = spec.pairs(needed, schedule_seed)
             paths = record_trajectories(suite, tasks, pairs, Path(scratch) / spec.name)
             rows, skipped = sft_rows(paths, tasks=suite, tool_format="hermes")
             if skipped or len(rows) != len(pairs):
