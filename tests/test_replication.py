@@ -145,7 +145,11 @@ def test_small_profile_end_to_end(tmp_path):
     assert main(["--small", "--quiet", "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work")]) == 0
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["data"]["base"]["trained_tokens"] == results["data"]["oa18"]["trained_tokens"]
-    assert set(results["models"]) == {"untrained", "base", "oa18"}
+    assert set(results["models"]) == {"untrained", "base", "oa18", "base/seed0", "oa18/seed0"}
+    assert (
+        set(results["over_seeds"]) == {"base", "oa18"}
+        and "heldout_templates" in results["models"]["base"]["eval_classes"]
+    )
     assert results["models"]["untrained"]["episodes"] > 0  # the base harness only in --small
     for arm in ("base", "oa18"):
         entry = results["models"][arm]
@@ -153,7 +157,8 @@ def test_small_profile_end_to_end(tmp_path):
         assert entry["tool_call_rate"] is not None
     for name in ("report.md", "pass_by_class.png", "gap_by_arm.png", "factor_effects.png"):
         assert (tmp_path / "out" / name).stat().st_size > 0
-    assert (tmp_path / "work" / "small" / "model-oa18" / "config.json").exists()
+    assert (tmp_path / "work" / "small" / "model-oa18-seed0" / "config.json").exists()  # checkpoints kept
+    assert results["timings_s"] and not results["reused_stages"]
 
 
 def _episode(task: str, config: HarnessConfig, passed: bool) -> dict:
