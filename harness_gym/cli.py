@@ -52,6 +52,7 @@ from harness_gym.episode import Episode, run_suite
 from harness_gym.export import add_export_parser
 from harness_gym.model_export import export_model
 from harness_gym.model_server import ModelServer
+from harness_gym.replication import probe
 from harness_gym.space import HarnessConfig, all_configs, neighbours
 from harness_gym.tasks import load_tasks, validate_suite
 from harness_gym.tasks.audit import audit, load_exploits
@@ -369,8 +370,6 @@ def _cmd_export_model(args: argparse.Namespace) -> int:
 
 
 def _cmd_probe(args: argparse.Namespace) -> int:
-    from harness_gym.replication import probe
-
     if not (Path(args.model) / "config.json").exists():
         raise ValueError(f"--model {args.model}: not a transformers model folder (no config.json); see export-model")
     result = probe.probe(args.model, args.configs, args.tasks, task_limit=args.task_limit, progress=True)
@@ -641,18 +640,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_export_parser(sub)  # export prompts | sft
 
-    probe = sub.add_parser(
+    probing = sub.add_parser(
         "probe",
         help="score a model's log-probability of the same actions rendered under each harness (no rollouts)",
         formatter_class=DefaultsHelp,
     )
-    probe.add_argument("--model", required=True, help="a transformers model folder (harness-gym export-model)")
-    probe.add_argument("--configs", default="base,training,heldout", help="harnesses, as bench --harnesses takes")
-    probe.add_argument("--tasks", default="ladder:1007#count=6,words=heldout", help="a suite with reference solutions")
-    probe.add_argument("--task-limit", type=int, help="the first N tasks of the suite")
-    probe.add_argument("--compare", help="a bench results file of the same model: rank agreement with its Pass@1")
-    probe.add_argument("--out", type=Path, default=Path("probe.json"), help="JSON; a .md table is written beside it")
-    probe.set_defaults(func=_cmd_probe)
+    probing.add_argument("--model", required=True, help="a transformers model folder (harness-gym export-model)")
+    probing.add_argument("--configs", default="base,training,heldout", help="harnesses, as bench --harnesses takes")
+    probing.add_argument(
+        "--tasks", default="ladder:1007#count=6,words=heldout", help="a suite with reference solutions"
+    )
+    probing.add_argument("--task-limit", type=int, help="the first N tasks of the suite")
+    probing.add_argument("--compare", help="a bench results file of the same model: rank agreement with its Pass@1")
+    probing.add_argument("--out", type=Path, default=Path("probe.json"), help="JSON; a .md table is written beside it")
+    probing.set_defaults(func=_cmd_probe)
 
     export = sub.add_parser(
         "export-model",

@@ -23,6 +23,7 @@ from harness_gym.bench.runner import run_one
 from harness_gym.design import ASSIGNMENTS, TRAINING_SET, build_schedule, training_set
 from harness_gym.export import sft_rows
 from harness_gym.records import EpisodePlan, HarnessChoice, classify_config, harness_choice
+from harness_gym.replication.sft import Example
 from harness_gym.space import BASE_CONFIG, HarnessConfig
 from harness_gym.tasks import Task, load_tasks
 from harness_gym.tasks.easy import HELDOUT_TEMPLATES
@@ -154,8 +155,6 @@ class ArmData:
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> ArmData:
-        from harness_gym.replication.sft import Example
-
         examples = [
             Example(tuple(ids), tuple(bool(t) for t in trained), h, t) for ids, trained, h, t in value["examples"]
         ]

@@ -22,6 +22,7 @@ import numpy as np
 from harness_gym.agents.huggingface import HFAgent
 from harness_gym.bench.report import cluster_bootstrap, crossed_draws, outcome_cells, summarize
 from harness_gym.bench.runner import BenchRunner, HarnessChoice
+from harness_gym.factors.levels import level_fragment
 from harness_gym.records import load_records
 from harness_gym.space import BASE_CONFIG
 from harness_gym.tasks import Task
@@ -173,8 +174,6 @@ def _earliest_trigger(factor: str) -> int:
     a tool's output, seen from the second step on; C folds history once more than its smallest
     ``trigger_turns`` turns are in the context (harness_gym/factors/variants/C.yaml); S, T and W
     shape the first step already."""
-    from harness_gym.factors.levels import level_fragment
-
     if factor == "O":
         return 1
     if factor == "C":

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from harness_gym.export import sft_rows
+from harness_gym.jsonl import load_records
 from harness_gym.records import HarnessChoice, resolve_harnesses
 from harness_gym.replication.data import record_trajectories
 from harness_gym.replication.sft import Example, tokenize_row
@@ -183,8 +184,6 @@ def render_markdown(result: Mapping[str, Any]) -> str:
 def bench_pass_at_1(path: str | Path) -> dict[str, float]:
     """Per-harness Pass@1 from a bench results file (JSON lines of episode records); errors count
     as failures."""
-    from harness_gym.records import load_records
-
     totals: dict[str, list[float]] = {}
     for record in load_records(path):
         if record.get("role", "model") != "model":

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness_gym.replication.data import ARM_SPECS
 from harness_gym.space import BASE_CONFIG
 
 CLASSES = ("base", "training", "heldout")
@@ -27,8 +28,6 @@ def model_names(results: Mapping[str, Any]) -> list[str]:
 
 
 def model_name(name: str) -> str:
-    from harness_gym.replication.data import ARM_SPECS
-
     return MODEL_NAMES.get(name) or (ARM_SPECS[name].description if name in ARM_SPECS else name)
 
 
