@@ -59,9 +59,10 @@ def test_small_profile_runs_a_prefix_of_the_full_one_and_is_smaller_everywhere()
         "heldout"
     ] * small.heldout_configs
     assert small_others[: small.training_configs] == full_others[: small.training_configs]
-    assert small_others[small.training_configs :] == full_others[
-        full.training_configs : full.training_configs + small.heldout_configs
-    ]
+    assert (
+        small_others[small.training_configs :]
+        == full_others[full.training_configs : full.training_configs + small.heldout_configs]
+    )
     assert len(full_others) == full.training_configs + 18  # every held-out configuration
     sizes = ("pool_tasks", "tasks_per_arm", "eval_tasks", "eval_tasks_base", "training_configs", "heldout_configs")
     for size in sizes:
