@@ -56,7 +56,7 @@ def test_held_out_by_seed_words_and_template():
 def test_rungs_choose_templates_and_upper_rungs_need_six_turns():
     upper = validate_suite("ladder:2#count=12,rungs=4").tasks
     assert {t.metadata["rung"] for t in upper} == {4}
-    assert all(len(t.solution) + 1 >= 6 for t in upper)  # calls plus the finish
+    assert all(len(t.solution) + 1 >= 7 for t in upper)  # calls plus the finish
     assert {t.metadata["rung"] for t in validate_suite("ladder:2#count=8,rungs=1+3").tasks} == {1, 3}
 
 
@@ -121,7 +121,9 @@ def test_the_reference_agent_climbs_every_rung_in_a_sandbox(config):
         result = run_episode(env, ReferenceAgent(), seed=0, task_id=task.id)
         assert result.reward == 1.0, task.id
         if task.metadata["rung"] == 4:
-            assert result.steps >= 6, task.id
+            assert result.steps >= 7, task.id
+            if config[7] == "2":  # C2 folds history after 5 turns: the upper rungs make it act
+                assert env.context.summarized_turns > 0, task.id
     env.close()
 
 

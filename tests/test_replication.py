@@ -278,11 +278,11 @@ def _record(config: str, steps: int, passed: bool, klass: str = "heldout") -> di
 def test_factor_effects_count_only_episodes_where_the_factor_acted():
     from harness_gym.replication.evaluate import acted_effects
 
-    # C differs between levels only after 5 steps (C2's trigger): short episodes say nothing about C
+    # C2 folds after 5 turns, seen from step 7: short episodes say nothing about C
     records = [_record("S0T0O0C0W0", 2, True), _record("S0T0O0C2W0", 2, False)]
     records += [_record("S0T0O0C0W0", 8, True), _record("S0T0O0C2W0", 8, True)]
     effects = acted_effects(records)
-    assert effects["C"]["after_steps"] == 5 and effects["C"]["acted"] == 2 and effects["C"]["share"] == 0.5
+    assert effects["C"]["after_steps"] == 6 and effects["C"]["acted"] == 2 and effects["C"]["share"] == 0.5
     assert effects["C"]["effects"]["0"] == effects["C"]["effects"]["2"] == 0.0  # no C effect where C acted
     assert effects["S"]["acted"] == 4 and effects["O"]["acted"] == 4
 

@@ -172,13 +172,13 @@ def model_summary(records: Sequence[Mapping[str, Any]], *, resamples: int = 2000
 def _earliest_trigger(factor: str) -> int:
     """Steps after which a factor's non-zero levels can differ from level 0 in an episode: O formats
     a tool's output, seen from the second step on; C folds history once more than its smallest
-    ``trigger_turns`` turns are in the context (harness_gym/factors/variants/C.yaml); S, T and W
-    shape the first step already."""
+    ``trigger_turns`` turns are in the context (harness_gym/factors/variants/C.yaml), so the model
+    first sees a folded context at step trigger + 2; S, T and W shape the first step already."""
     if factor == "O":
         return 1
     if factor == "C":
         triggers = [level_fragment("C", level).get("context", {}).get("trigger_turns") for level in (1, 2)]
-        return min(int(t) for t in triggers if t is not None)
+        return min(int(t) for t in triggers if t is not None) + 1
     return 0
 
 

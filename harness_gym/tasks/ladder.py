@@ -9,9 +9,9 @@ The ladder climbs in rungs:
    lines and write the number (held out: find a file and delete it);
 3. three or four calls, each using the previous output: follow a pointer file, copy and append;
    find a file, count its lines, write the count (held out: follow a pointer and rename);
-4. five or more calls (six turns or more with the finish): rename every ``.txt`` of a folder after
-   listing it, follow a chain of files to its end (held out: move every file holding a word into a
-   new folder).
+4. six or more calls (seven turns or more with the finish, so that C2's history folding, after 5
+   turns, acts before the end): rename every ``.txt`` of a folder after listing it, follow a chain
+   of files to its end (held out: move every file holding a word into a new folder).
 
 The answer of rungs 2-4 is not in the prompt: the file to edit, the number to write, the names to
 rename come from a tool's output. Held out three ways: by seed, by words (``words=heldout`` draws
@@ -220,7 +220,7 @@ def _pointer_rename(w: Words) -> Draft:
 
 def _rename_extension(w: Words) -> Draft:
     folder, decoy = w.take(2)
-    names = sorted(w.take(w.integer(4, 5)))
+    names = sorted(w.take(w.integer(5, 6)))
     files = {f"{folder}/{n}.txt": _lines(w.take(1)) for n in names}
     files[f"{folder}/{decoy}.log"] = _lines(w.take(1))
     expect = {f"{folder}/{n}.md": files[f"{folder}/{n}.txt"] for n in names}
@@ -236,7 +236,7 @@ def _rename_extension(w: Words) -> Draft:
 
 def _follow_chain(w: Words) -> Draft:
     folder, out = w.take(2)
-    length = w.integer(3, 4)
+    length = w.integer(4, 5)
     names = w.take(length + 2)
     chain, decoys = names[:length], names[length:]
     files = {"start.txt": f"{folder}/{chain[0]}.txt\n"}
@@ -255,7 +255,7 @@ def _follow_chain(w: Words) -> Draft:
 
 def _move_matching(w: Words) -> Draft:
     source, target, word = w.take(3)
-    files, hits = _folder_of_files(w, source, 5, 3, word)
+    files, hits = _folder_of_files(w, source, 6, 4, word)
     expect = {p: c for p, c in files.items() if p not in hits}
     expect.update({f"{target}/{p.split('/', 1)[1]}": files[p] for p in hits})
     return Draft(
