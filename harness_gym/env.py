@@ -634,10 +634,15 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         """The step as graders see it: each call with its id, the harness's name and the canonical
         name (``execute_bash``, ``file_editor``, ...), so a grader that inspects tool use scores
         the same behaviour equally under every tool interface."""
-        canonical = {name: tool.canonical for name, tool in self.tool_interface.tools.items()}
+        canonical = {
+            name: UNAVAILABLE_TOOL if tool.role == "unavailable" else tool.canonical
+            for name, tool in self.tool_interface.tools.items()
+        }
         # A name this harness has no tool for ran nothing: it must not reach a grader under a canonical
         # name (under T1/T2 a call written as `execute_bash` is unknown there, and was reported as an
-        # `execute_bash` call, indistinguishable from one that ran).
+        # `execute_bash` call, indistinguishable from one that ran). Nor a decoy (T1/T2's `web_search`
+        # answers "unavailable"): it was reported as a `web_search` call, which a PinchBench grader
+        # paid for, while under T0 (no such tool) the same intent could not earn it.
         entry = _copy_message(assistant)
         entry["calls"] = [
             {"id": c.id, "name": c.name, "canonical": canonical.get(c.name, UNKNOWN_TOOL), "arguments": c.arguments}
@@ -814,6 +819,7 @@ def _content_text(action: Any) -> str:
 
 
 UNKNOWN_TOOL = "unknown_tool"  # canonical name, for graders, of a call to a tool the harness does not have
+UNAVAILABLE_TOOL = "unavailable_tool"  # canonical name, for graders, of a call to a decoy (it ran nothing)
 
 
 def _assistant_message(action: Any, calls: list[ToolCall]) -> Message:

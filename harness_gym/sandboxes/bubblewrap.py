@@ -332,7 +332,8 @@ class BubblewrapSandbox(ShellSandbox):
         if self._lease is None and not self._cgroups:
             return []
         joins = " && ".join(f'echo $$ > "{g}/cgroup.procs"' for g in self._cgroups) or "true"
-        join = ["/bin/sh", "-c", f'{joins} && exec "$@"', "sh"]
+        # unset PWD: the shell exports the host's working directory, which became bwrap's (pid 1's) environ
+        join = ["/bin/sh", "-c", f'{joins} && unset PWD OLDPWD && exec "$@"', "sh"]
         if self._lease is None:
             return join
         uid = str(self._lease.uid)
