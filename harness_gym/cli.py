@@ -50,7 +50,7 @@ from harness_gym.bench.runner import CALIBRATION, BenchAborted
 from harness_gym.design import TRAINING_SET, build_schedule, heldout_set, training_set
 from harness_gym.episode import Episode, run_suite
 from harness_gym.export import add_export_parser
-from harness_gym.model_export import export_model
+from harness_gym.model_export import export_model, vllm_cpu_command
 from harness_gym.model_server import ModelServer
 from harness_gym.space import HarnessConfig, all_configs, neighbours
 from harness_gym.tasks import load_tasks, validate_suite
@@ -360,11 +360,8 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
 def _cmd_export_model(args: argparse.Namespace) -> int:
     folder = export_model(args.out, model=args.model, gguf_file=args.gguf_file, force=args.force)
-    print(f"wrote {folder}; serve it with:")
-    print(
-        f"  python -m vllm.entrypoints.openai.api_server --model {folder} "
-        "--enable-auto-tool-choice --tool-call-parser hermes"
-    )
+    print(f"wrote {folder} (a chat template TRL's GRPOTrainer takes with tools); serve it on CPU with:")
+    print(f"  {vllm_cpu_command(folder)}")
     return 0
 
 
