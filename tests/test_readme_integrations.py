@@ -3,24 +3,16 @@ and the test cannot drift), and the pieces they rest on: the exported model's to
 checked with TRL's own ``supports_tool_calling``; finalizers instead of ``__del__``."""
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import requires_bwrap
+from conftest import readme_block, requires_bwrap
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 trl = pytest.importorskip("trl")
-
-
-def readme_block(tag: str) -> str:
-    """The README's ```python <tag> block (a tag keeps it out of test_readme's quick examples)."""
-    found = re.findall(rf"```python {re.escape(tag)}\n(.*?)```", README, re.DOTALL)
-    assert len(found) == 1, f"README.md must hold exactly one ```python {tag} block"
-    return found[0]
 
 
 def run_python(code: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
