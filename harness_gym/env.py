@@ -42,7 +42,7 @@ from harness_gym.tasks import GradeResult, Task, load_tasks
 from harness_gym.tool_calls import ActionError, ParsedAction, ToolCall, coerce_arguments, message_text, parse_action
 from harness_gym.tools import LIBRARY_PREFIX, ToolContext, run_tool
 from harness_gym.tools.roles import call_effects
-from harness_gym.worlds import HOST, World, docker_image, load_world
+from harness_gym.worlds import HOST, World, WorldError, docker_image, grader_scripts, load_world, missing_interpreters
 
 Message = dict[str, Any]
 
@@ -555,6 +555,13 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
                 "use sandbox='bubblewrap' or 'docker', or world='host'"
             )
         world.root()  # raises WorldError with the build command when it is missing
+        missing = missing_interpreters(world, grader_scripts(task.grade_command, task.grader_files))
+        if missing:  # a correct solution would be graded as a failure: refuse the task by name
+            raise WorldError(
+                f"task {task.id}: its grader calls {', '.join(missing)}, which world {world.name!r} does not have; "
+                f"add the Debian package to the world's packages (a world YAML file, world=...) and build it "
+                f"(harness-gym worlds build FILE), or leave the task out"
+            )
         return world
 
     def _choose_task(self, task_id: str | None) -> Task:
