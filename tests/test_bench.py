@@ -496,3 +496,25 @@ def test_class_intervals_resample_configurations_as_well_as_tasks():
     means = np.array([t % 2 == 0 for t in range(20)], dtype=float)[rng.integers(0, 20, (4000, 20))].mean(axis=1)
     assert estimate == 0.5
     assert abs(low - np.quantile(means, 0.025)) <= 0.05 and abs(high - np.quantile(means, 0.975)) <= 0.05
+
+
+def test_ctrl_c_exits_130_with_the_resume_command_and_no_traceback(tmp_path):
+    out = tmp_path / "run"
+    arguments = ["bench", "--agent", "reference", "--configs", "heldout:3", "--tasks", "builtin:eval", "--runs", "1",
+                 "--out", str(out), "--no-trajectories", "--calibration", "none", "--workers", "1"]  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", "harness_gym.cli", *arguments],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    results = out / "results.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and (not results.exists() or len(results.read_text().splitlines()) < 2):
+        time.sleep(0.1)
+    os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C sends the terminal's foreground group
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr[-3000:]
+    assert "--resume" in stderr and str(out) in stderr
