@@ -505,10 +505,27 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             sandbox.start(workspace, task.mount_path, task.hidden_paths)
             if any(_is_library(t.implementation) for t in self._static_interface.tools.values()):
                 sandbox.run_tool("library.py", {"op": "snapshot", "args": {}, "root": task.mount_path})
+            elif self._uses_tool_server():
+                prime = getattr(sandbox, "prime_tool_server", None)
+                if prime is not None:
+                    prime()
         except BaseException:
             sandbox.close()
             raise
         return sandbox
+
+    def _uses_tool_server(self) -> bool:
+        """Whether episodes call the in-sandbox tool server: a tool other than a shell command, finish
+        or unavailable, or a context summary written to a file."""
+        shell_only = ("bash", "bash_ms", "finish", "unavailable")
+        for tool in self._static_interface.tools.values():
+            implementation = tool.implementation
+            if isinstance(implementation, Mapping) and "command" in implementation:
+                continue
+            if implementation not in shell_only:
+                return True
+        context = self.harness_spec["context"]
+        return context.get("strategy") == "summary" and context.get("summary_location") == "file"
 
     def _sandbox_for(self, task: Task) -> Sandbox:
         """The sandbox for this task's backend, image and world, created on first use and then reused."""
@@ -644,10 +661,15 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         """The step as graders see it: each call with its id, the harness's name and the canonical
         name (``execute_bash``, ``file_editor``, ...), so a grader that inspects tool use scores
         the same behaviour equally under every tool interface."""
-        canonical = {name: tool.canonical for name, tool in self.tool_interface.tools.items()}
+        canonical = {
+            name: UNAVAILABLE_TOOL if tool.role == "unavailable" else tool.canonical
+            for name, tool in self.tool_interface.tools.items()
+        }
         # A name this harness has no tool for ran nothing: it must not reach a grader under a canonical
         # name (under T1/T2 a call written as `execute_bash` is unknown there, and was reported as an
-        # `execute_bash` call, indistinguishable from one that ran).
+        # `execute_bash` call, indistinguishable from one that ran). Nor a decoy (T1/T2's `web_search`
+        # answers "unavailable"): it was reported as a `web_search` call, which a PinchBench grader
+        # paid for, while under T0 (no such tool) the same intent could not earn it.
         entry = _copy_message(assistant)
         entry["calls"] = [
             {"id": c.id, "name": c.name, "canonical": canonical.get(c.name, UNKNOWN_TOOL), "arguments": c.arguments}
@@ -824,6 +846,7 @@ def _content_text(action: Any) -> str:
 
 
 UNKNOWN_TOOL = "unknown_tool"  # canonical name, for graders, of a call to a tool the harness does not have
+UNAVAILABLE_TOOL = "unavailable_tool"  # canonical name, for graders, of a call to a decoy (it ran nothing)
 
 
 def _assistant_message(action: Any, calls: list[ToolCall]) -> Message:

@@ -29,6 +29,7 @@ import base64
 import binascii
 import functools
 import hmac
+import ipaddress
 import json
 import logging
 import socket
@@ -253,6 +254,9 @@ class SessionGate:
       the connection and close it at once, which its client reports as a bare closed connection).
     - Keeps out of the log the ``WebSocketDisconnect`` that openenv-core lets escape when it closes
       a session whose client already went away (the session is closed by then).
+    - Answers a WebSocket message that is not a JSON object with a type (``[]``, ``5``, a binary
+      frame) with an error message, and keeps the session: openenv-core ended the whole session
+      (and its episode) on one.
     """
 
     def __init__(self, app: Any, server: HTTPEnvServer, token: str | None) -> None:
@@ -287,11 +291,40 @@ class SessionGate:
         if kind == "websocket" and self.server.active_sessions >= self.server.max_concurrent_envs:
             await _deny(scope, send, 503, f"all {self.server.max_concurrent_envs} sessions are taken; retry later")
             return
+        if kind == "websocket":
+            receive = _answering_malformed(receive, send)
         try:
             await self.app(scope, receive, send)
         except WebSocketDisconnect:
             if kind != "websocket":
                 raise
+
+
+def _answering_malformed(receive: Any, send: Any) -> Any:
+    """``receive`` that answers, itself, a message openenv-core would end the session on (one that
+    is JSON but no object, or a binary frame), and hands the application the next one. The
+    application only sends after a receive returns, so the answer never interleaves with its own."""
+
+    async def filtered() -> dict[str, Any]:
+        while True:
+            message = await receive()
+            if message.get("type") != "websocket.receive":
+                return message
+            text = message.get("text")
+            if text is None:
+                problem = "binary frames are not understood; send JSON text"
+            else:
+                try:
+                    value = json.loads(text)
+                except ValueError:
+                    return message  # openenv-core answers invalid JSON itself
+                if isinstance(value, dict):
+                    return message
+                problem = f"a message must be a JSON object with a 'type', not {type(value).__name__}"
+            answer = {"type": "error", "data": {"message": problem, "code": "INVALID_MESSAGE"}}
+            await send({"type": "websocket.send", "text": json.dumps(answer)})
+
+    return filtered
 
 
 async def _deny(scope: dict[str, Any], send: Any, status: int, detail: str) -> None:
@@ -347,6 +380,16 @@ def create_env_app(
     return SessionGate(app, server, token), registry
 
 
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address or ``localhost``) is reachable from this machine only."""
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to any interface
+
+
 class EnvServer:
     """``create_env_app`` under uvicorn: ``start()`` runs it in a thread (tests, benchmarks, notebooks),
     ``serve()`` in the foreground (the CLI; SIGINT/SIGTERM stop it gracefully)."""
@@ -363,7 +406,14 @@ class EnvServer:
         token: str | None = None,
         graceful_timeout_s: float = 30.0,
         ws_compression: bool = False,
+        allow_no_token: bool = False,
     ) -> None:
+        if not token and not allow_no_token and not is_loopback(host):
+            raise ValueError(
+                f"refusing to serve on {host!r} without a token: anyone who reaches it could run code in its "
+                "sandboxes; set a token (serve-env reads $HARNESS_GYM_ENV_TOKEN), bind 127.0.0.1, or pass "
+                "--no-token-ok (allow_no_token=True) to serve openly on purpose"
+            )
         self.app, self.registry = create_env_app(
             env_id, env_kwargs, max_sessions=max_sessions, idle_timeout_s=idle_timeout_s, token=token
         )

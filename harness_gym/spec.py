@@ -46,9 +46,12 @@ def _validator() -> jsonschema.protocols.Validator:
 def validate_spec(spec: Mapping[str, Any]) -> None:
     """Raise :class:`SpecError` listing every schema violation with its JSON path (and every NaN or
     infinite number, which JSON Schema's ``number`` lets through)."""
-    errors = sorted(_validator().iter_errors(spec), key=lambda e: list(e.absolute_path))
-    lines = [f"  at {e.json_path}: {e.message}" for e in errors[:10]]
-    lines += [f"  at {path}: {value!r} is not a finite number" for path, value in non_finite_numbers(spec)]
+    try:
+        errors = sorted(_validator().iter_errors(spec), key=lambda e: list(e.absolute_path))
+        lines = [f"  at {e.json_path}: {e.message}" for e in errors[:10]]
+        lines += [f"  at {path}: {value!r} is not a finite number" for path, value in non_finite_numbers(spec)]
+    except RecursionError:
+        raise SpecError(TOO_DEEP) from None
     if lines:
         more = f"\n  ... and {len(errors) - 10} more" if len(errors) > 10 else ""
         name = spec.get("name", "<unnamed>") if isinstance(spec, Mapping) else "<not a mapping>"
@@ -90,16 +93,33 @@ def load_variant_file(name: str) -> dict[str, Any]:
     return yaml.safe_load(text)
 
 
-def load_spec(path: str | Path) -> dict[str, Any]:
-    """Load a spec from a YAML or JSON file, resolve ``extends`` and ``use`` references, validate it."""
+TOO_DEEP = "a harness spec nested this deeply is not one (Python's recursion limit was reached reading it)"
+MAX_EXTENDS = 32  # how many specs one ``extends`` chain may pass through
+
+
+def load_spec(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """Load a spec from a YAML or JSON file, resolve ``extends`` and ``use`` references, validate it.
+    An ``extends`` cycle, a chain longer than MAX_EXTENDS and a document nested too deeply are spec
+    errors (they raised RecursionError)."""
     path = Path(path)
+    real = path.resolve()
+    if real in _chain:
+        cycle = " -> ".join(str(p) for p in (*_chain[_chain.index(real) :], real))
+        raise SpecError(f"extends: a cycle: {cycle}")
+    if len(_chain) >= MAX_EXTENDS:
+        raise SpecError(f"extends: a chain of more than {MAX_EXTENDS} specs ({_chain[0]} ...)")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
         raise SpecError(f"cannot read harness spec {path}: {exc}") from exc
+    except RecursionError:
+        raise SpecError(f"{path}: {TOO_DEEP}") from None
     if not isinstance(data, dict):
         raise SpecError(f"{path}: a harness spec must be a mapping at the top level")
-    spec = resolve_spec(data, path.parent)
+    try:
+        spec = resolve_spec(data, path.parent, (*_chain, real))
+    except RecursionError:
+        raise SpecError(f"{path}: {TOO_DEEP}") from None
     validate_spec(spec)
     return spec
 
@@ -111,14 +131,18 @@ def tool_library() -> dict[str, Any]:
     return yaml.safe_load(text)
 
 
-def resolve_spec(data: Mapping[str, Any], base_dir: Path | None = None) -> dict[str, Any]:
+def resolve_spec(
+    data: Mapping[str, Any], base_dir: Path | None = None, _chain: tuple[Path, ...] = ()
+) -> dict[str, Any]:
     """Expand a spec document: ``extends: <file or preset>`` composes it over another spec, and
     ``{use: <key>, ...}`` items in ``tools`` and ``hooks`` pull entries from the library (fields
     next to ``use`` override the entry's)."""
     spec = dict(data)
     parent_name = spec.pop("extends", None)
+    if parent_name is not None and not isinstance(parent_name, str):
+        raise SpecError(f"extends: must name a spec file or preset, not {parent_name!r}"[:300])
     if parent_name:
-        parent = _load_parent(parent_name, base_dir)
+        parent = _load_parent(parent_name, base_dir, _chain)
         spec = compose(parent, spec)
     library = tool_library()
     for section in ("tools", "hooks"):
@@ -141,14 +165,14 @@ def resolve_spec(data: Mapping[str, Any], base_dir: Path | None = None) -> dict[
     return spec
 
 
-def _load_parent(name: str, base_dir: Path | None) -> dict[str, Any]:
+def _load_parent(name: str, base_dir: Path | None, chain: tuple[Path, ...] = ()) -> dict[str, Any]:
     candidates = [base_dir / name, base_dir / f"{name}.yaml"] if base_dir else []
     packaged = resources.files("harness_gym").joinpath(f"presets/{name}.yaml")
     for candidate in candidates:
         if candidate.is_file():
-            return load_spec(candidate)
+            return load_spec(candidate, chain)
     if packaged.is_file():
-        return load_spec(Path(str(packaged)))
+        return load_spec(Path(str(packaged)), chain)
     raise SpecError(f"extends: no spec file or preset named {name!r}")
 
 

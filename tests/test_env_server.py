@@ -241,6 +241,56 @@ def test_cli_serves_and_shuts_down_gracefully_closing_every_sandbox():
     assert "Traceback" not in process.stderr.read()
 
 
+def test_a_message_that_is_no_json_object_gets_an_error_and_the_session_stays(server):
+    """Issue 28: openenv-core ended the whole session (and its episode) on a message like ``[]``."""
+
+    async def play():
+        client = GenericEnvClient(base_url=with_token(server.url))
+        await client.connect()
+        await client.reset(seed=0)
+        answers = []
+        for raw in ("[]", "5", "null", '"x"', '{"type": "no-such-type"}'):
+            await client._ws.send(raw)
+            answers.append(json.loads(await asyncio.wait_for(client._ws.recv(), 30)))
+        await client._ws.send(b"\x00binary")
+        answers.append(json.loads(await asyncio.wait_for(client._ws.recv(), 30)))
+        result = await client.step({"text": call("execute_bash", command="echo still-here")})
+        await client.close()
+        return answers, result
+
+    answers, result = asyncio.run(play())
+    assert all(a["type"] == "error" and a["data"]["message"] for a in answers), answers
+    assert "still-here" in result.observation["messages"][-1]["content"]
+
+
+def test_serving_beyond_loopback_without_a_token_is_refused():
+    from harness_gym.env_server import is_loopback
+
+    with pytest.raises(ValueError, match="without a token"):
+        EnvServer("Harness-S0T0O0C0W0", host="0.0.0.0", port=0)
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("::") and not is_loopback("example.org")
+    EnvServer("Harness-S0T0O0C0W0", host="0.0.0.0", port=0, allow_no_token=True).socket.close()  # on purpose
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness_gym.cli",
+            "serve-env",
+            "Harness-S0T0O0C0W0",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "HARNESS_GYM_ENV_TOKEN"},
+    )
+    assert run.returncode != 0 and "without a token" in run.stderr + run.stdout, run.stdout + run.stderr
+
+
 def test_typed_client_and_minted_episode_ids(server):
     from harness_gym.env_client import HarnessEnvClient, HarnessObservation, HarnessState
 
@@ -265,10 +315,6 @@ def test_typed_client_and_minted_episode_ids(server):
 
 
 def test_openenv_manifest_and_dockerfile_serve_this_server(tmp_path):
-    import os
-    import subprocess
-    import sys
-
     import yaml
 
     folder = Path(__file__).resolve().parent.parent / "deploy" / "openenv"
@@ -278,6 +324,11 @@ def test_openenv_manifest_and_dockerfile_serve_this_server(tmp_path):
     code = f"import {module} as m; app = m.{attribute}; print(type(app).__name__, app.server is not None)"
     root = folder.parent.parent
     env = {**os.environ, "PYTHONPATH": f"{folder}{os.pathsep}{root}", "HARNESS_GYM_ENV": "Harness-S0T0O0C0W0"}
+    env.pop("HARNESS_GYM_ENV_TOKEN", None)
+    refused = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=120)  # fmt: skip
+    assert refused.returncode != 0 and "without a token" in refused.stderr  # a container serves beyond loopback
+    env["HARNESS_GYM_ENV_TOKEN"] = "s3cret"
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=120)  # fmt: skip
     assert done.returncode == 0 and done.stdout.split() == ["SessionGate", "True"], done.stderr

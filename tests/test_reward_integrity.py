@@ -185,7 +185,7 @@ def clawgym_task(tmp_path_factory):
         """,
     )
     (task,) = validate_suite(f"clawgym:{root}").tasks
-    return task
+    return replace(task, world=None)  # the audit runs a task on its world: here the host's folders
 
 
 @pytest.fixture(scope="module")
@@ -327,10 +327,15 @@ def test_the_audit_flags_a_weak_task(weak_suite, tmp_path):
         timeout=300,
     )
     assert run.returncode == 1, run.stdout + run.stderr
-    assert "1 of 1 tasks exploitable" in run.stdout and "weak-median" in run.stdout
+    assert "1 of 1 tasks: an exploit passes" in run.stdout and "weak-median" in run.stdout
     data = json.loads(out.read_text())
     assert data["exploitable"] == {"weak-median": ["forge-verdict-atexit", "patch-test-framework"]}
     assert data["tasks"]["weak-median"]["nothing"]["reward"] == 0.0
+    assert (
+        data["passes"] == data["exploitable"]
+        and data["above_baseline"] == {}
+        and data["baselines"] == {"weak-median": 0.0}
+    )
 
 
 @requires_bwrap
@@ -354,4 +359,5 @@ def test_the_audit_command_reports_no_exploitable_builtin_task():
         timeout=3600,
     )
     assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-2000:]
-    assert "0 of 40 tasks exploitable" in run.stdout
+    assert "0 of 40 tasks: an exploit passes" in run.stdout
+    assert "0 of 40 tasks: an exploit earns partial credit" in run.stdout

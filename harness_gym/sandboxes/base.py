@@ -315,25 +315,30 @@ def sealed_binaries_dir(shell: str, python: str) -> Path | None:
 
 
 # The grader runs in a child shell; when it ends, any process of the sandbox still alive (other than
-# bwrap's init, this shell and zombies) could have written to the grader's stdout *after* its verdict
-# line (a daemon the tested code left, writing "1.0" in a loop, made the last line its own), so such
-# a grading is a grader error (reward 0, exit status 125), and the leftovers are killed. Builtins only
-# (no fork), so the check never sees a process of its own.
+# bwrap's init and this shell) could write to the grader's stdout *after* its verdict line (a daemon
+# the tested code left, writing "1.0" in a loop, made the last line its own), so such a grading is a
+# grader error (reward 0, exit status 125), and the leftovers are killed. Every other process is
+# stopped first (``kill -STOP -1``: one signal to all, so a process that forks and exits to stay
+# ahead of a scan is frozen too), then every *thread* is looked at: a process whose main thread has
+# exited while another runs shows Z in /proc/PID/stat and still writes (issue 28), so only a process
+# all of whose threads are dead (a true zombie) is let pass. Builtins only (no fork), so the check
+# never sees a process of its own.
 GRADER_LEFTOVER_STATUS = 125
 
 
 def grader_guard(shell_options: str = "") -> str:
     """Shell code that runs the grade command (``$1``) in a child shell (``$0 shell_options -c``),
-    then refuses the grading if any other process of the sandbox is still alive."""
+    then refuses the grading if any thread of any other process of the sandbox is still alive."""
     return f'"$0" {shell_options} -c "$1"\n' + _GUARD_CHECK
 
 
 _GUARD_CHECK = (
     "status=$?\n"
-    "for d in /proc/[0-9]*; do\n"
-    "  p=${d#/proc/}\n"
+    "kill -s STOP -1 2>/dev/null\n"
+    "for t in /proc/[0-9]*/task/[0-9]*; do\n"
+    "  p=${t#/proc/}; p=${p%%/*}\n"
     '  if [ "$p" = 1 ] || [ "$p" = "$$" ]; then continue; fi\n'
-    '  { read -r line < "$d/stat"; } 2>/dev/null || continue\n'
+    '  { read -r line < "$t/stat"; } 2>/dev/null || continue\n'
     "  state=${line##*) }; state=${state%% *}\n"
     '  if [ "$state" = Z ] || [ "$state" = X ]; then continue; fi\n'
     '  echo "harness-gym: processes the grader started were still running when it ended (pid $p);'

@@ -6,7 +6,9 @@ reward-hacking policy could do without knowing the task: stop at once, delete or
 tests, forge the verdict line, patch the test framework, shadow standard-library modules, plant
 runner configuration or stale bytecode, write the expected outputs empty, kill or ptrace the
 grader, ... Each exploit is applied in a fresh sandbox of the task (as the agent would, through
-the shell), the task's own grader runs, and every reward above 0 is a finding.
+the shell), the task's own grader runs. The report keeps apart an exploit that reaches a pass
+(reward 1: a forgeable grader), one that earns partial credit above what doing nothing scores (a
+weak grader), and the do-nothing score itself; each task runs on its suite's world (``--world``).
 
     harness-gym tasks audit builtin --workers 4 --json audit.json
 """
@@ -29,9 +31,11 @@ import yaml
 
 from harness_gym.sandboxes.base import SandboxError, choose_backend, create_sandbox
 from harness_gym.tasks.base import Task, TaskError
+from harness_gym.worlds import HOST, docker_image, load_world
 
 UNSAFE_BACKENDS = ("unsafe-host",)  # exploits write to every /proc/*/fd/1 they can open: never on the host
 SNIPPET = ".harness_gym_audit_snippet"
+BASELINE = "nothing"  # the exploit whose score is the do-nothing baseline of a task
 _PATH_TOKEN = re.compile(r"[A-Za-z0-9_./-]+")
 _EXTENSION = re.compile(r"\.[A-Za-z0-9]{1,5}$")
 
@@ -76,9 +80,28 @@ class AuditReport:
 
     def exploitable(self) -> dict[str, list[str]]:
         """Task id -> the exploits that scored above 0 on it (only tasks with at least one)."""
+        return self._where(lambda cell, _: cell.exploited)
+
+    def baselines(self) -> dict[str, float]:
+        """Task id -> what doing nothing scores (the ``nothing`` exploit; 0 where it was not run)."""
+        return {t: (c.reward if (c := self.cell(t, BASELINE)) is not None else 0.0) for t in self.task_ids}
+
+    def passes(self) -> dict[str, list[str]]:
+        """Task id -> the exploits that reached a pass (reward 1): a forgeable or broken grader."""
+        return self._where(lambda cell, _: cell.reward >= 1.0)
+
+    def above_baseline(self) -> dict[str, list[str]]:
+        """Task id -> the exploits short of a pass that scored above doing nothing (partial credit
+        an exploit earns: a weak grader), apart from the passes."""
+        return self._where(lambda cell, baseline: baseline < cell.reward < 1.0)
+
+    def _where(self, test: Callable[[AuditCell, float], bool]) -> dict[str, list[str]]:
+        baselines = self.baselines()
         found: dict[str, list[str]] = {}
         for task_id in self.task_ids:
-            names = [e for e in self.exploits if (c := self.cell(task_id, e)) is not None and c.exploited]
+            names = [
+                e for e in self.exploits if (c := self.cell(task_id, e)) is not None and test(c, baselines[task_id])
+            ]
             if names:
                 found[task_id] = names
         return found
@@ -95,11 +118,15 @@ class AuditReport:
                 for task_id in self.task_ids
             },
             "exploitable": self.exploitable(),
+            "passes": self.passes(),
+            "above_baseline": self.above_baseline(),
+            "baselines": self.baselines(),
         }
 
     def table(self) -> str:
-        """Tasks down, exploits across (numbered, with a legend): X scored above 0, . scored 0,
-        e scored 0 with a grader error, ! the audit could not run it."""
+        """Tasks down, exploits across (numbered, with a legend): P passed, X scored above 0, . scored 0,
+        e scored 0 with a grader error, ! the audit could not run it; then the passes, the partial
+        credit above the do-nothing score and the do-nothing scores, apart."""
         width = max([len(t) for t in self.task_ids] + [4]) + 2
         numbers = [str(i + 1) for i in range(len(self.exploits))]
         lines = [f"{'task':<{width}}" + " ".join(f"{n:>2}" for n in numbers)]
@@ -110,6 +137,8 @@ class AuditReport:
                 mark = (
                     "?"
                     if cell is None
+                    else "P"
+                    if cell.reward >= 1.0
                     else "X"
                     if cell.exploited
                     else "!"
@@ -122,12 +151,22 @@ class AuditReport:
             lines.append(f"{task_id:<{width}}" + " ".join(marks))
         lines.append("")
         lines += [f"{n:>3} {name}" for n, name in zip(numbers, self.exploits, strict=True)]
-        lines.append("X scored above 0   . scored 0   e scored 0, grader error   ! audit could not run it")
-        found = self.exploitable()
-        lines.append(f"{len(found)} of {len(self.task_ids)} tasks exploitable")
-        for task_id, names in found.items():
-            rewards = ", ".join(f"{n} {self.cell(task_id, n).reward:g}" for n in names)  # type: ignore[union-attr]
-            lines.append(f"  {task_id}: {rewards}")
+        lines.append(
+            "P passed (1)   X scored above 0   . scored 0   e scored 0, grader error   ! audit could not run it"
+        )
+        total = len(self.task_ids)
+        baselines = self.baselines()
+        for title, found in (
+            ("an exploit passes (reward 1)", self.passes()),
+            ("an exploit earns partial credit above the do-nothing score", self.above_baseline()),
+        ):
+            lines.append(f"{len(found)} of {total} tasks: {title}")
+            for task_id, names in found.items():
+                rewards = ", ".join(f"{n} {self.cell(task_id, n).reward:g}" for n in names)  # type: ignore[union-attr]
+                lines.append(f"  {task_id}: {rewards} (doing nothing: {baselines[task_id]:g})")
+        paying = {t: b for t, b in baselines.items() if b > 0}
+        lines.append(f"{len(paying)} of {total} tasks: doing nothing scores above 0 (the task's own weak grader)")
+        lines += [f"  {task_id}: {score:g}" for task_id, score in paying.items()]
         return "\n".join(lines)
 
 
@@ -218,19 +257,50 @@ def apply_exploit(sandbox: Any, task: Task, exploit: Exploit, timeout_s: float =
         sandbox.run(f"cd {shlex.quote(mount)}", timeout_s)
 
 
+def open_audit_sandbox(
+    task: Task,
+    backend: str | None = None,
+    sandbox_options: Mapping[str, Any] | None = None,
+    what: str = "the audit runs hostile code",
+) -> Any:
+    """A sandbox for auditing ``task``: never an unisolated backend, and on the world its episodes
+    run on (the task's suite's world, else the host's folders), so the audit grades what training
+    grades. A world that is not built raises (naming how to build it)."""
+    chosen = choose_backend(backend, task.image)
+    if chosen in UNSAFE_BACKENDS:
+        raise SandboxError(f"{what} and refuses the {chosen!r} backend (no isolation)")
+    options = dict(sandbox_options or {})
+    image = task.image
+    resolved = load_world(task.world or HOST)
+    if not resolved.is_host and not (chosen == "docker" and task.image is not None):
+        if chosen == "bubblewrap":
+            root = resolved.root()
+            options.setdefault("system_root", str(root) if root is not None else None)
+        elif chosen == "docker":
+            image = docker_image(resolved, options.get("docker_host"))
+        else:
+            raise SandboxError(f"task {task.id}: world {resolved.name!r} needs the bubblewrap or docker backend")
+    return create_sandbox(chosen, image, **options)
+
+
+def on_world(tasks: Sequence[Task], world: str | None) -> list[Task]:
+    """``tasks``, each on ``world`` when one is given ("host": the host's folders), else on its own."""
+    return [replace(t, world=world) for t in tasks] if world else list(tasks)
+
+
 def run_exploit(
     task: Task,
     exploit: Exploit,
     backend: str | None = None,
     sandbox_options: Mapping[str, Any] | None = None,
 ) -> AuditCell:
-    """One exploit on one task in a fresh sandbox, graded by the task's own grader (an LLM judge
-    is not called: the audit checks the automated part)."""
-    chosen = choose_backend(backend, task.image)
-    if chosen in UNSAFE_BACKENDS:
-        raise SandboxError(f"the audit runs hostile code and refuses the {chosen!r} backend (no isolation)")
+    """One exploit on one task in a fresh sandbox on its world (:func:`open_audit_sandbox`),
+    graded by the task's own grader (an LLM judge is not called: the audit checks the automated part)."""
     graded_task = replace(task, judge=None) if task.judge is not None else task
-    sandbox = create_sandbox(chosen, task.image, **dict(sandbox_options or {}))
+    try:
+        sandbox = open_audit_sandbox(task, backend, sandbox_options)
+    except (SandboxError, OSError, TaskError) as exc:
+        return AuditCell(task.id, exploit.name, 0.0, audit_error=f"{type(exc).__name__}: {exc}")
     try:
         workspace = sandbox.new_workspace()
         task.materialize(workspace)
@@ -256,13 +326,16 @@ def audit(
     backend: str | None = None,
     sandbox_options: Mapping[str, Any] | None = None,
     progress: Callable[[AuditCell], None] | None = None,
+    world: str | None = None,
 ) -> AuditReport:
-    """Every exploit on every task, ``workers`` at a time; ``progress`` is called per finished cell."""
+    """Every exploit on every task, ``workers`` at a time, each task on its world (or ``world``);
+    ``progress`` is called per finished cell."""
     chosen = list(exploits) if exploits is not None else load_exploits()
     if workers < 1:
         raise ValueError(f"workers must be at least 1, not {workers}")
     if backend in UNSAFE_BACKENDS:
         raise SandboxError(f"the audit runs hostile code and refuses the {backend!r} backend (no isolation)")
+    tasks = on_world(tasks, world)
     report = AuditReport([e.name for e in chosen], [t.id for t in tasks])
     jobs = [(t, e) for t in tasks for e in chosen]
     with ThreadPoolExecutor(max_workers=workers) as pool:

@@ -15,6 +15,7 @@ import hmac
 import json
 import math
 import secrets
+import shlex
 import shutil
 import tempfile
 import warnings
@@ -25,6 +26,7 @@ from typing import Any
 
 from harness_gym.errors import TaskError
 from harness_gym.paths import cache_dir
+from harness_gym.sandboxes import isolation
 from harness_gym.sandboxes.base import GRADER_DIR, Sandbox, SandboxError, check_mount_path
 from harness_gym.sandboxes.docker_support import extract_image_path
 from harness_gym.tasks.graders.runner_config import copy_originals
@@ -34,6 +36,12 @@ from harness_gym.tool_calls import parse_action
 DEFAULT_GRADE_COMMAND = "python3 {grader}/grade.py"
 PAYLOAD_FILE = "payload.json"
 VERDICT_KEY_FILE = ".verdict-key"  # per-grading HMAC key of a signing grader (see parse_grader_output)
+# The harness's signer for graders that cannot sign (sign_output) and the verdict module it uses,
+# copied into the grader's folder under names no task's file has
+SIGNER = Path(__file__).resolve().parent / "graders" / "signed_output.py"
+VERDICT_MODULE = Path(__file__).resolve().parent / "builtin" / "_shared" / "verdict.py"
+SIGNER_NAME, VERDICT_MODULE_NAME = ".harness_gym_signer.py", ".harness_gym_verdict.py"
+OUTPUT_SIGNATURE_KEY = "harness_gym_output_signature"  # the signer's last line (graders/signed_output.py)
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,9 @@ class Task:
     ``judge``: ``None``, or the grading type (``llm_judge`` / ``hybrid``) and rubric for an LLM judge.
     ``signed_verdict``: the grader reads a fresh key from ``<grader folder>/.verdict-key`` (and deletes
     it before any workspace code runs) and signs its verdict; any other line is not a verdict.
+    ``sign_output``: for a grader that cannot sign (ClawGym's ``reward.sh``): the harness's signer
+    (graders/signed_output.py) runs the grade command, refuses a grading that leaves a process
+    alive, and signs the command's output; only the text it signed is read.
     """
 
     id: str
@@ -67,6 +78,7 @@ class Task:
     hidden_paths: tuple[str, ...] = ()  # paths of ``image`` the agent must not see (hidden tests)
     world: str | None = None  # the world its sandbox runs on (harness_gym.worlds); None: the host's folders
     signed_verdict: bool = False  # accept only a verdict line signed with the key written for this grading
+    sign_output: bool = False  # the harness's signer runs the grade command and signs its output
 
     def __post_init__(self) -> None:
         """Refuse NaN, infinite, zero and negative durations, and a workspace that would be HOME or
@@ -104,7 +116,7 @@ class Task:
         """Stop the agent and grade the workspace in a fresh sandbox."""
         mount = self.grader_mount.replace("{workspace}", self.mount_path)
         env = dict(self.grader_env)
-        with tempfile.TemporaryDirectory(prefix="harness-gym-payload-") as extra:
+        with isolation.registered_folder("harness-gym-payload-") as extra:  # a kill -9 leaves no key
             files = list(self.grader_files)
             restore = self.metadata.get("restore_files") or ()
             original = self.original_workspace() if restore or self.metadata.get("restore_runner_config") else None
@@ -117,15 +129,22 @@ class Task:
                 path.write_text(json.dumps(self.payload(transcript or []), ensure_ascii=False), encoding="utf-8")
                 files.append(path)
                 env["OPENCLAW_REWARD_PAYLOAD"] = f"{mount}/{PAYLOAD_FILE}"
-            key = None
-            if self.signed_verdict:
+            key, command = None, self.grade_command
+            if self.signed_verdict or self.sign_output:
                 key = secrets.token_hex(32).encode()
                 (Path(extra) / VERDICT_KEY_FILE).write_bytes(key)
                 files.append(Path(extra) / VERDICT_KEY_FILE)
-            result = sandbox.grade(files, self.grade_command, self.grader_timeout_s, env, mount)
+            if self.sign_output:
+                for source, name in ((SIGNER, SIGNER_NAME), (VERDICT_MODULE, VERDICT_MODULE_NAME)):
+                    shutil.copyfile(source, Path(extra) / name)
+                    files.append(Path(extra) / name)
+                command = f'python3 -I {{grader}}/{SIGNER_NAME} {{grader}} "$0" {shlex.quote(command)}'
+            result = sandbox.grade(files, command, self.grader_timeout_s, env, mount)
         stderr = str(result.extra.get("stderr", ""))
         if result.timed_out:
             graded = GradeResult(0.0, {}, "", f"task {self.id}: the grader timed out after {self.grader_timeout_s:g} s")
+        elif self.sign_output and key is not None:
+            graded = parse_signed_output(self.id, result.output, result.exit_code, key)
         else:
             graded = parse_grader_output(self.id, result.output, result.exit_code, key)
         graded.log = result.output + (f"\n--- grader stderr ---\n{stderr}" if stderr else "")
@@ -292,6 +311,32 @@ def _signed_verdict(task_id: str, output: str, key: bytes) -> GradeResult:
             verified = {"reward": value.get("reward"), "breakdown": value.get("breakdown")}
             return parse_grader_output(task_id, json.dumps(verified), 0)
     return GradeResult(0.0, {}, output, f"task {task_id}: the grader printed no verdict signed with this grading's key")
+
+
+def parse_signed_output(task_id: str, output: str, exit_code: int | None, key: bytes) -> GradeResult:
+    """The verdict of a grader run by the harness's signer: only the text its signature line covers
+    is read (a line anything else wrote, before or after, breaks the signature or is ignored)."""
+    if exit_code != 0:
+        return parse_grader_output(task_id, output, exit_code)
+    start = len(output)
+    while (start := output.rfind(OUTPUT_SIGNATURE_KEY, 0, start)) >= 0:
+        line_start = output.rfind("\n", 0, start) + 1
+        line = output[line_start:].split("\n", 1)[0]
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(value, dict) or not isinstance(value.get(OUTPUT_SIGNATURE_KEY), str):
+            continue
+        text, status = output[:line_start], value.get("status")
+        body = f"{status}\n{text}".encode()
+        if isinstance(status, int) and hmac.compare_digest(
+            hmac.new(key, body, hashlib.sha256).hexdigest(), value[OUTPUT_SIGNATURE_KEY]
+        ):
+            return parse_grader_output(task_id, text, status)
+    return GradeResult(
+        0.0, {}, output, f"task {task_id}: the grader's output carries no signature of this grading's key"
+    )
 
 
 def parse_grader_output(task_id: str, output: str, exit_code: int | None, key: bytes | None = None) -> GradeResult:

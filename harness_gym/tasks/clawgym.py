@@ -77,6 +77,7 @@ def load_task_folder(folder: Path, split: str = "train") -> Task:
         split=split,
         metadata=metadata,
         world=WORLD,
+        sign_output=True,  # reward.sh cannot sign: the harness's signer runs it and signs its output
         solution=reference_output_solution(folder / "reference_output", mount),
     )
 

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from harness_gym.jsonl import ResultsFile, load_records
-from harness_gym.sandboxes.base import Sandbox, SandboxError, choose_backend, create_sandbox
-from harness_gym.tasks.audit import UNSAFE_BACKENDS
+from harness_gym.sandboxes.base import Sandbox, SandboxError
+from harness_gym.tasks.audit import UNSAFE_BACKENDS, on_world, open_audit_sandbox
 from harness_gym.tasks.base import Task, TaskError
 from harness_gym.tasks.mutants import (
     Mutant,
@@ -49,10 +49,9 @@ MIN_MUTANT_TIMEOUT_S = 10.0
 
 
 def _open_sandbox(task: Task, backend: str | None, sandbox_options: Mapping[str, Any] | None) -> Sandbox:
-    chosen = choose_backend(backend, task.image)
-    if chosen in UNSAFE_BACKENDS:
-        raise SandboxError(f"the mutation audit runs graders and refuses the {chosen!r} backend (no isolation)")
-    return create_sandbox(chosen, task.image, **dict(sandbox_options or {}))
+    """A sandbox on the task's world (the reference must score there as in training)."""
+    sandbox: Sandbox = open_audit_sandbox(task, backend, sandbox_options, "the mutation audit runs graders")
+    return sandbox
 
 
 def replay_solution(sandbox: Sandbox, task: Task, timeout_s: float = 300.0) -> list[str]:
@@ -360,12 +359,15 @@ def mutation_audit(
     results_path: Path | None = None,
     operators: Mapping[str, Any] | None = None,
     progress: Callable[[str, int], None] | None = None,
+    world: str | None = None,
 ) -> MutationReport:
     """Audit every task with a reference solution with ``mutants`` sampled mutants each (None: all).
 
     ``progress(kind, total_delta_or_done)``: ``("total", n)`` when n more mutants are planned,
     ``("done", 1)`` per graded mutant. ``results_path``: a JSON-lines file of graded mutants; those
-    already in it (without an audit error) are not graded again."""
+    already in it (without an audit error) are not graded again. Each task runs on its suite's
+    world, or on ``world`` ("host": the host's folders)."""
+    tasks = on_world(tasks, world)
     if workers < 1:
         raise ValueError(f"workers must be at least 1, not {workers}")
     repeated = sorted({t.id for t in tasks if [u.id for u in tasks].count(t.id) > 1})

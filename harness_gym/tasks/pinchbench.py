@@ -92,6 +92,7 @@ def load_task_file(path: Path, root: Path) -> Task:
         grader_payload=True,
         metadata=metadata,
         world=WORLD,  # PinchBench tasks are OpenClaw tasks too: the same machine
+        sign_output=True,  # the checks are the data's code: the harness's signer signs what they print
         judge=None if grading == "automated" else {"type": grading, "rubric": rubric, "weights": weights},
         time_limit_s=float(front["timeout_seconds"]) if front.get("timeout_seconds") else None,
         solution=reference_output_solution(

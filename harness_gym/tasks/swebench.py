@@ -33,7 +33,7 @@ from typing import Any
 
 from harness_gym.paths import cache_dir
 from harness_gym.sandboxes.docker_support import docker_client
-from harness_gym.tasks.base import Suite, Task, TaskError, register_loader
+from harness_gym.tasks.base import VERDICT_MODULE, Suite, Task, TaskError, register_loader
 from harness_gym.tasks.parsed_commit import ParsedCommitError, gold_patch
 
 RUNNER = Path(__file__).resolve().parent / "graders" / "swebench_runner.py"
@@ -107,6 +107,7 @@ def _grader_folder(kind: str, task_id: str, spec: dict[str, Any], test_patch: st
     shutil.copy2(RUNNER, folder / "runner.py")
     for name in GRADER_SCRIPTS:
         shutil.copy2(RUNNER.parent / name, folder / name)
+    shutil.copy2(VERDICT_MODULE, folder / "verdict.py")  # the runner signs its verdict (signed_verdict)
     return folder
 
 
@@ -151,6 +152,7 @@ def swebench_task(row: dict[str, Any], options: dict[str, str], present: Contain
         grade_command=GRADE_COMMAND,
         grader_env=RUNNER_ENV,
         grader_timeout_s=1800,
+        signed_verdict=True,
         solution=gold_patch_solution(str(row.get("patch") or "")),
         metadata={
             "family": "swe-bench",
@@ -202,6 +204,7 @@ def r2e_task(row: dict[str, Any], options: dict[str, str], present: Container[st
         grade_command=GRADE_COMMAND,
         grader_env=RUNNER_ENV,
         grader_timeout_s=1800,
+        signed_verdict=True,
         solution=gold_patch_solution(patch),
         metadata={
             "family": "r2e-gym",

@@ -4,7 +4,8 @@ Usage: python runner.py GRADER_FOLDER, run from the repository (/testbed). The f
 ``spec.json`` and, for SWE-bench, ``test.patch``. SWE-bench: apply the test patch, run the test
 files with ``pytest -rA``, resolved when every FAIL_TO_PASS and PASS_TO_PASS test passes. R2E:
 run the hidden tests with ``pytest -rA``; reward 1 only if every test's status matches the
-expected output. Prints one JSON line {"reward", "breakdown"}.
+expected output. Prints one JSON line {"reward", "breakdown", "signature"}: the key is taken
+(``verdict.take_key``, next to this file) before anything of the repository runs.
 
 Before the tests run, the runner's configuration (conftest.py, pytest.ini, ...; see
 runner_config.py next to this file) is put back to the task's original (``GRADER/config``) and
@@ -38,7 +39,9 @@ def main():
     folder = sys.argv[1]
     sys.path.insert(0, folder)
     import runner_config  # next to this script, which runs with -I inside the sandbox: importable only now
+    import verdict
 
+    key = verdict.take_key(folder)
     reverted = runner_config.revert(os.path.join(folder, "config"), os.getcwd())
     with open(os.path.join(folder, "spec.json"), encoding="utf-8") as handle:
         spec = json.load(handle)
@@ -57,7 +60,7 @@ def main():
             ok, log = apply_patch(patch)
             if not ok:
                 print(log[-2000:], file=sys.stderr)
-                print(json.dumps({"reward": 0.0, "breakdown": {"test_patch": "did not apply", "reverted": reverted}}))
+                verdict.print_verdict(key, 0.0, {"test_patch": "did not apply", "reverted": reverted})
                 return
     found, tampered = run_tests(folder, spec)
     if spec["kind"] == "swebench":
@@ -77,7 +80,7 @@ def main():
     if tampered:
         resolved = False
         breakdown["tampered"] = tampered
-    print(json.dumps({"reward": 1.0 if resolved else 0.0, "breakdown": breakdown}))
+    verdict.print_verdict(key, 1.0 if resolved else 0.0, breakdown)
 
 
 def run_tests(folder, spec):
