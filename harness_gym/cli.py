@@ -53,6 +53,7 @@ from harness_gym.episode import Episode, run_suite
 from harness_gym.export import add_export_parser
 from harness_gym.model_export import export_model, vllm_cpu_command
 from harness_gym.model_server import ModelServer
+from harness_gym.replication import probe
 from harness_gym.space import HarnessConfig, all_configs, neighbours
 from harness_gym.tasks import load_tasks, validate_suite
 from harness_gym.tasks.audit import audit, load_exploits
@@ -381,6 +382,18 @@ def _cmd_export_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_probe(args: argparse.Namespace) -> int:
+    if not (Path(args.model) / "config.json").exists():
+        raise ValueError(f"--model {args.model}: not a transformers model folder (no config.json); see export-model")
+    result = probe.probe(args.model, args.configs, args.tasks, task_limit=args.task_limit, progress=True)
+    if args.compare:
+        result["agreement"] = probe.rank_agreement(result, probe.bench_pass_at_1(args.compare))
+    for path in probe.write(result, args.out):
+        print(f"wrote {path}")
+    print(probe.render_markdown(result))
+    return 0
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     server = ModelServer(args.model, args.gguf_file, args.host, args.port)
     print(f"serving {server.name} at {server.url} (OpenAI-compatible; Ctrl-C stops)", flush=True)
@@ -662,6 +675,21 @@ def build_parser() -> argparse.ArgumentParser:
     serve_env.set_defaults(func=_cmd_serve_env)
 
     add_export_parser(sub)  # export prompts | sft
+
+    probing = sub.add_parser(
+        "probe",
+        help="score a model's log-probability of the same actions rendered under each harness (no rollouts)",
+        formatter_class=DefaultsHelp,
+    )
+    probing.add_argument("--model", required=True, help="a transformers model folder (harness-gym export-model)")
+    probing.add_argument("--configs", default="base,training,heldout", help="harnesses, as bench --harnesses takes")
+    probing.add_argument(
+        "--tasks", default="ladder:1007#count=6,words=heldout", help="a suite with reference solutions"
+    )
+    probing.add_argument("--task-limit", type=int, help="the first N tasks of the suite")
+    probing.add_argument("--compare", help="a bench results file of the same model: rank agreement with its Pass@1")
+    probing.add_argument("--out", type=Path, default=Path("probe.json"), help="JSON; a .md table is written beside it")
+    probing.set_defaults(func=_cmd_probe)
 
     export = sub.add_parser(
         "export-model",
