@@ -192,6 +192,7 @@ def test_bad_recipes_are_refused_before_anything_starts(tmp_path, capsys):
         (write_recipe(tmp_path, openrlhf__rollout__batch_size=32), "must equal rollout.batch_size"),
         (write_recipe(tmp_path, openrlhf__actor__learning_rate=1e-6), "OpenRLHF has no flag --actor.learning_rate"),
         (write_recipe(tmp_path, openrlhf__ds__param_dtype="fp8"), "invalid choice: 'fp8'"),
+        (write_recipe(tmp_path, openrlhf__ds__enable_sleep=False), "(ds.enable_sleep: true)"),
     ]
     for path, message in cases:
         assert main([str(path), "--dry-run"]) == 2, message

@@ -114,6 +114,11 @@ def check_consistency(recipe: Mapping[str, Any], where: str) -> None:
         raise RecipeError(f"{where}: PPO uses the critic's GAE (algo.advantage.estimator: gae), not {estimator!r}")
     if flags.get("algo.dynamic_filtering_enable") and samples < 2:
         raise RecipeError(f"{where}: dynamic filtering drops all-pass/all-fail groups; it needs n_samples ≥ 2")
+    if flags.get("train.colocate_all") and flags.get("vllm.enable_sleep") and not flags.get("ds.enable_sleep"):
+        raise RecipeError(
+            f"{where}: a colocated run that sleeps vLLM between phases must sleep DeepSpeed too "
+            "(ds.enable_sleep: true), or the actor keeps its memory while vLLM generates"
+        )
     dataset = recipe["dataset"]
     if recipe["kind"] == "harness-scaling" and dataset["kind"] != "schedule":
         raise RecipeError(f"{where}: Harness Scaling trains on a schedule dataset, not {dataset['kind']!r}")
