@@ -51,14 +51,10 @@ from harness_gym.bench.runner import CALIBRATION, BenchAborted
 from harness_gym.design import TRAINING_SET, build_schedule, heldout_set, training_set
 from harness_gym.episode import Episode, run_suite
 from harness_gym.export import add_export_parser
-<<<<<<< HEAD
 from harness_gym.external import install as external_install
 from harness_gym.external.catalog import load_cli
 from harness_gym.external.describe import describe_cli
-from harness_gym.model_export import export_model
-=======
 from harness_gym.model_export import export_model, vllm_cpu_command
->>>>>>> 0e742542249dbfbca5127119b2aafc973d5b4c77
 from harness_gym.model_server import ModelServer
 from harness_gym.replication import probe
 from harness_gym.space import HarnessConfig, all_configs, neighbours
