@@ -35,6 +35,7 @@ SOCKET_DIR = "/run/harness-gym-proxy"  # where the proxy's socket folder is show
 SOCKET_NAME = "proxy.sock"
 WORK_DIR = "/tmp/.harness-gym-external"  # the runner's own files inside the sandbox (forwarder, output)
 PORT = 41789
+FORWARDER_CONNECTIONS = 16  # connections one sandbox may hold open to the shared proxy at once
 DEFAULT_MAX_TURNS = 30
 SIDE_REQUESTS = 5  # requests a rollout may make beyond its agent turns (titles, token counts)
 DEFAULT_WALL_S = 900.0
@@ -163,8 +164,13 @@ def _episode(
         cli_s = time.time() - launched
         watch.stop()
         exit_code = _exit_code(result.output)
-        if watch.reason is not None:
-            error = ("budget", f"{spec.id} exceeded its budget: {watch.reason}; it was killed with its sandbox")
+        failed = channel.failed
+        exceeded = watch.reason or channel.exceeded  # the CLI may exit on a 429 before the watch looks
+        if failed is not None:  # Claude Code retries a 500 silently: its exit says nothing
+            error = ("policy", f"{failed}; {spec.id} was stopped and the episode is an error")
+        elif exceeded is not None:
+            killed = "; it was killed with its sandbox" if watch.reason is not None else ""
+            error = ("budget", f"{spec.id} exceeded its budget: {exceeded}{killed}")
         elif result.timed_out:
             error = (
                 "budget",
@@ -235,7 +241,7 @@ class _Watch:
 
     def _loop(self) -> None:
         while not self._done.wait(0.05):
-            reason = self.channel.exceeded
+            reason = self.channel.exceeded or self.channel.failed
             if reason is None and self.channel.agent_turns > self.max_turns:
                 reason = f"more than {self.max_turns} agent turns"
             if reason is not None:
@@ -272,7 +278,7 @@ def _command(spec: ExternalCli, install: Path, task: Task, rendered: Mapping[str
     return (
         f"cd {shlex.quote(task.mount_path)} || exit 97\n"
         f"rm -f {WORK_DIR}/ready; python3 {WORK_DIR}/forwarder.py 127.0.0.1 {PORT} {socket} {WORK_DIR}/ready "
-        f">{WORK_DIR}/forwarder.log 2>&1 &\n"
+        f"{FORWARDER_CONNECTIONS} >{WORK_DIR}/forwarder.log 2>&1 &\n"
         "__hg_fwd=$!\n"
         f"for __hg_i in $(seq 200); do [ -e {WORK_DIR}/ready ] && break; sleep 0.05; done\n"
         f"if [ ! -e {WORK_DIR}/ready ]; then echo HG-FORWARDER-FAILED; cat {WORK_DIR}/forwarder.log; "
