@@ -240,6 +240,33 @@ def test_a_cli_that_floods_the_model_is_killed_as_a_budget_error(fake_cli: Any, 
     assert 5 <= len(answered) <= 5 + SIDE_REQUESTS  # the proxy refused the rest before the kill landed
 
 
+def _boom(request: Any) -> PolicyReply:
+    raise RuntimeError("backend down")
+
+
+@requires_bwrap
+def test_a_failing_policy_is_an_episode_error_even_when_the_cli_retries(fake_cli: Any, task: Task) -> None:
+    """The fake CLI retries every error (as Claude Code retries 500s): the episode is stopped at the
+    first policy failure and recorded as a policy error with its reason, not as a request budget."""
+    started = time.monotonic()
+    episode = run_external_episode(fake_cli("flood"), task, ScriptedPolicy([_boom] * 1000), max_turns=5, wall_s=300)
+    assert time.monotonic() - started < 120
+    record = episode.record
+    assert record["outcome"] == "error" and record["error_kind"] == "policy" and not record["passed"]
+    assert "the policy failed: RuntimeError: backend down" in record["error"]
+    assert not record["truncated"]
+
+
+@requires_bwrap
+def test_an_exceeded_token_budget_is_an_error_even_when_the_cli_exits_cleanly(fake_cli: Any, task: Task) -> None:
+    """One answer over the token budget, then the CLI exits 0 at once: a budget error, never a grade."""
+    reply = PolicyReply(content="done", completion_tokens=500)
+    episode = run_external_episode(fake_cli("once"), task, ScriptedPolicy([reply]), max_tokens=100, wall_s=120)
+    record = episode.record
+    assert record["outcome"] == "error" and record["error_kind"] == "budget", record
+    assert "more than 100 completion tokens" in record["error"]
+
+
 @requires_bwrap
 def test_a_crashing_cli_is_an_error_never_a_pass(fake_cli: Any, task: Task) -> None:
     episode = run_external_episode(fake_cli("crash"), task, DoNothingPolicy(), wall_s=120)
@@ -306,6 +333,19 @@ def test_light_cli_solves_through_its_own_shell_tool(name: str, task: Task) -> N
 def test_light_cli_doing_nothing_scores_zero(name: str, task: Task) -> None:
     _require_installed(name)
     _check_nothing(run_external_episode(f"external:{name}", task, DoNothingPolicy(), max_turns=3, wall_s=400))
+
+
+@requires_bwrap
+def test_claude_code_retrying_a_failing_policy_is_stopped_as_a_policy_error(task: Task) -> None:
+    """Claude Code retries a 500 silently with backoff (minutes): the runner stops it at the first
+    failure and records the policy's reason."""
+    _require_installed("claude-code-bare")
+    started = time.monotonic()
+    episode = run_external_episode("external:claude-code-bare", task, ScriptedPolicy([_boom] * 50), wall_s=400)
+    assert time.monotonic() - started < 200
+    record = episode.record
+    assert record["outcome"] == "error" and record["error_kind"] == "policy", record["error"]
+    assert "backend down" in record["error"] and record["reward"] == 0.0
 
 
 @requires_bwrap
