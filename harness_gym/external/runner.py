@@ -139,9 +139,7 @@ def _episode(
     wall_s: float,
     sandbox_options: Mapping[str, Any] | None,
 ) -> ExternalEpisode:
-    options = SandboxOptions.from_mapping(sandbox_options, memory_mb=int(spec.data.get("memory_mb", 4096)))
-    binds = {**(options.extra_ro_binds or {}), str(install): str(install), str(socket_folder): SOCKET_DIR}
-    options = SandboxOptions.from_mapping({**options.explicit(), "extra_ro_binds": binds})
+    options = cli_sandbox_options(spec, sandbox_options, install, socket_folder)
     sandbox = create_sandbox("bubblewrap", None, **options.explicit())
     watch = _Watch(channel, sandbox, max_turns)
     error: tuple[str, str] | None = None
@@ -220,6 +218,20 @@ def _episode(
         output,
     )
     return ExternalEpisode(record, transcript, [r.to_json() for r in channel.records])
+
+
+def cli_sandbox_options(
+    spec: ExternalCli, sandbox_options: Mapping[str, Any] | None, install: Path, socket_folder: Path
+) -> SandboxOptions:
+    """The CLI's sandbox: its memory cap (cgroup) and its address-space limit (Node CLIs reserve
+    tens of GiB they never touch) from its file, under the caller's options; the install tree and
+    the proxy's socket folder shown read-only."""
+    defaults = {"memory_mb": int(spec.data.get("memory_mb", 4096))}
+    if "address_space_mb" in spec.data:
+        defaults["address_space_mb"] = int(spec.data["address_space_mb"])
+    options = SandboxOptions.from_mapping(sandbox_options, **defaults)
+    binds = {**(options.extra_ro_binds or {}), str(install): str(install), str(socket_folder): SOCKET_DIR}
+    return SandboxOptions.from_mapping({**options.explicit(), "extra_ro_binds": binds})
 
 
 class _Watch:
