@@ -22,6 +22,7 @@ from typing import Any
 from harness_gym.external.catalog import ExternalCli, load_cli
 from harness_gym.external.policies import DoNothingPolicy, OpenAICompatiblePolicy, ScriptedPolicy
 from harness_gym.external.runner import ExternalEpisode, run_external_episode
+from harness_gym.model_server import ModelServer
 from harness_gym.records import EpisodePlan
 from harness_gym.tasks.base import Task
 
@@ -95,16 +96,14 @@ def bench_policy(agent_factory: Callable[[], Any], role: str, cli: ExternalCli, 
     )
 
 
-_SERVERS: dict[tuple[str | None, str | None, int], Any] = {}
+_SERVERS: dict[tuple[str | None, str | None, int], ModelServer] = {}
 _SERVERS_LOCK = threading.Lock()
 HF_MAX_NEW_TOKENS = 256  # the hf agent's default (``--max-new-tokens``)
 
 
-def local_model_server(model: str | None, gguf_file: str | None, max_new_tokens: int | None) -> Any:
+def local_model_server(model: str | None, gguf_file: str | None, max_new_tokens: int | None) -> ModelServer:
     """harness-gym's OpenAI-compatible server over the local model, started once per process and
     model (the model loads once; the daemon thread ends with the process)."""
-    from harness_gym.model_server import ModelServer
-
     key = (model, gguf_file, int(max_new_tokens or HF_MAX_NEW_TOKENS))
     with _SERVERS_LOCK:
         if key not in _SERVERS:
