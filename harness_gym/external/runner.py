@@ -162,21 +162,15 @@ def _episode(
         cli_s = time.time() - launched
         watch.stop()
         exit_code = _exit_code(result.output)
-        failed = channel.failed
-        exceeded = watch.reason or channel.exceeded  # the CLI may exit on a 429 before the watch looks
-        if failed is not None:  # Claude Code retries a 500 silently: its exit says nothing
-            error = ("policy", f"{failed}; {spec.id} was stopped and the episode is an error")
-        elif exceeded is not None:
-            killed = "; it was killed with its sandbox" if watch.reason is not None else ""
-            error = ("budget", f"{spec.id} exceeded its budget: {exceeded}{killed}")
-        elif result.timed_out:
+        error = _stopped(spec, channel, watch)
+        if error is None and result.timed_out:
             error = (
                 "budget",
                 f"{spec.id} ran past its wall-time budget of {wall_s:g} s; it was killed with its sandbox",
             )
-        elif "HG-FORWARDER-FAILED" in result.output:
+        elif error is None and "HG-FORWARDER-FAILED" in result.output:
             error = ("env", "the in-sandbox forwarder to the model proxy did not start")
-        else:
+        elif error is None:
             output = _tail(sandbox, f"{WORK_DIR}/stdout")
             completed = _completed(spec, sandbox, output)
             if channel.agent_turns == 0:
@@ -197,7 +191,9 @@ def _episode(
     except Exception as exc:  # the sandbox, the task or the proxy failed: a record, not a crash
         watch.stop()
         transcript = canonical_transcript(spec, channel.records)
-        graded, error, grade_s = None, ("env", f"{type(exc).__name__}: {exc}"), 0.0
+        # a run the watch stopped may end in an exception: the watch's reason is the cause
+        error = _stopped(spec, channel, watch) or ("env", f"{type(exc).__name__}: {exc}")
+        graded, grade_s = None, 0.0
     finally:
         watch.stop()
         sandbox.close()
@@ -232,6 +228,18 @@ def cli_sandbox_options(
     options = SandboxOptions.from_mapping(sandbox_options, **defaults)
     binds = {**(options.extra_ro_binds or {}), str(install): str(install), str(socket_folder): SOCKET_DIR}
     return SandboxOptions.from_mapping({**options.explicit(), "extra_ro_binds": binds})
+
+
+def _stopped(spec: ExternalCli, channel: Any, watch: _Watch) -> tuple[str, str] | None:
+    """The episode's error when the policy failed or a budget was exceeded, else None."""
+    failed = channel.failed
+    exceeded = watch.reason or channel.exceeded  # the CLI may exit on a 429 before the watch looks
+    if failed is not None:  # Claude Code retries a 500 silently: its exit says nothing
+        return ("policy", f"{failed}; {spec.id} was stopped and the episode is an error")
+    if exceeded is not None:
+        killed = "; it was killed with its sandbox" if watch.reason is not None else ""
+        return ("budget", f"{spec.id} exceeded its budget: {exceeded}{killed}")
+    return None
 
 
 class _Watch:
