@@ -656,3 +656,99 @@ def test_a_real_model_server_behind_claude_codes_bare_request(proxy: ModelProxy)
         assert all(r.policy_reply is not None and r.policy_reply.completion_tokens > 0 for r in channel.records)
     finally:
         server.stop()
+
+
+# connection caps (a hostile agent must not starve the other rollouts of a shared proxy) ---------------
+def _models_on(connection: UnixHTTPConnection, secret: str) -> int:
+    connection.request("GET", "/v1/models", headers={"x-api-key": secret})
+    response = connection.getresponse()
+    response.read()
+    return response.status
+
+
+def test_one_rollout_cannot_hold_every_proxy_connection(tmp_path: Path) -> None:
+    with ModelProxy(tmp_path / "p" / "model.sock", max_connections_per_rollout=3) as proxy:
+        assert proxy.socket_path is not None
+        hostile, other = proxy.open_rollout(DoNothingPolicy()), proxy.open_rollout(DoNothingPolicy())
+        held = [UnixHTTPConnection(proxy.socket_path, timeout=30) for _ in range(3)]
+        assert [_models_on(c, hostile.secret) for c in held] == [200, 200, 200]  # kept alive: 3 held
+        extra = UnixHTTPConnection(proxy.socket_path, timeout=30)
+        assert _models_on(extra, hostile.secret) == 503  # the 4th is refused and closed
+        assert hostile.connections == 3 and not hostile.failed  # a refused connection is no policy failure
+        fresh = UnixHTTPConnection(proxy.socket_path, timeout=30)
+        assert _models_on(fresh, other.secret) == 200  # another rollout is still served
+        held[0].close()
+        deadline = time.monotonic() + 30
+        while hostile.connections > 2 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the server sees the hang-up and frees the slot
+        again = UnixHTTPConnection(proxy.socket_path, timeout=30)
+        assert _models_on(again, hostile.secret) == 200
+        for connection in [*held[1:], extra, fresh, again]:
+            connection.close()
+
+
+def test_the_forwarder_caps_the_connections_of_its_sandbox(tmp_path: Path) -> None:
+    """The in-sandbox forwarder pipes at most N connections to the proxy's socket; one past N is
+    closed at once, never passed on (the sandbox cannot hold the shared proxy's slots)."""
+    import socket
+    import subprocess
+    import sys
+
+    from harness_gym.external import forwarder
+
+    upstream_path = tmp_path / "up.sock"
+    accepted: list[socket.socket] = []
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(upstream_path))
+    listener.listen(64)
+
+    def accept() -> None:
+        while True:
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    ready = tmp_path / "ready"
+    process = subprocess.Popen(
+        [sys.executable, forwarder.__file__, "127.0.0.1", str(port), str(upstream_path), str(ready), "4"]
+    )
+    clients: list[socket.socket] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready.exists()
+        for _ in range(7):
+            clients.append(socket.create_connection(("127.0.0.1", port), timeout=30))
+        deadline = time.monotonic() + 30
+        while len(accepted) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)  # time for any connection past the cap to (wrongly) get through
+        assert len(accepted) == 4
+        refused = 0
+        for client in clients[4:]:
+            client.settimeout(30)
+            refused += client.recv(1) == b""  # closed by the forwarder
+        assert refused == 3
+        clients[0].close()  # a slot frees (the proxy closes its side on EOF): the next connection is piped
+        accepted[0].close()
+        deadline = time.monotonic() + 30
+        late = socket.create_connection(("127.0.0.1", port), timeout=30)
+        clients.append(late)
+        while len(accepted) < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(accepted) == 5
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+        for client in clients:
+            client.close()
+        listener.close()
+        for connection in accepted:
+            connection.close()

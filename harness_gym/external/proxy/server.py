@@ -38,6 +38,7 @@ from harness_gym.external.proxy.wire import DialectError
 
 MAX_BODY = 64 * 1024 * 1024
 MAX_CONNECTIONS = 256
+MAX_CONNECTIONS_PER_ROLLOUT = 32  # one rollout cannot hold every slot of a proxy shared by many
 _SECRET_HEADERS = ("x-api-key", "authorization", "x-goog-api-key")
 
 
@@ -122,10 +123,18 @@ class ModelProxy:
     }
 
     def __init__(
-        self, socket_path: Path | str | None = None, *, host: str = "127.0.0.1", port: int | None = None
+        self,
+        socket_path: Path | str | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        max_connections_per_rollout: int | None = MAX_CONNECTIONS_PER_ROLLOUT,
     ) -> None:
+        """``max_connections_per_rollout``: open connections one secret may hold (None: no cap);
+        a connection past it is answered 503 and closed."""
         if (socket_path is None) == (port is None):
             raise ValueError("give a socket_path or a port, not both")
+        self.max_connections_per_rollout = max_connections_per_rollout
         self.socket_path = Path(socket_path) if socket_path is not None else None
         self.host = host
         self.port = port
@@ -274,6 +283,15 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     proxy: ModelProxy
     _outgoing: tuple[int, list[tuple[str, str]], bytes, bool]
     _consumed: bool
+    _bound: RolloutChannel | None = None  # the rollout this connection counts against
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            if self._bound is not None:
+                self._bound.disconnect()
+                self._bound = None
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # records are the log; the unix socket has no client address to print
@@ -313,6 +331,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                 with self.proxy._lock:
                     self.proxy.unauthorized += 1
                 raise ProxyError(401, "unknown API key: this proxy serves only the rollouts it opened")
+            self._bind(channel)
             body = self._read_body(headers) if method == "POST" else None
             record.request = body
             refused = channel.admit()
@@ -324,7 +343,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             record.error = exc.message
             payload = self._module(dialect).error(exc.status, exc.message)
             unusable = not self._consumed and not self._drain(headers)
-            close = unusable or exc.status in (400, 413, 415, 426)
+            close = unusable or exc.status in (400, 413, 415, 426, 503)
             record.response = self._send_json(exc.status, payload, close=close)
         except DialectError as exc:
             record.status, record.error = 400, str(exc)
@@ -337,6 +356,17 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError) as exc:
             record.error = f"client disconnected: {exc}"
             self.close_connection = True
+
+    def _bind(self, channel: RolloutChannel) -> None:
+        """Count this connection against its rollout's cap (once per connection and secret)."""
+        if self._bound is channel:
+            return
+        limit = self.proxy.max_connections_per_rollout
+        if not channel.connect(limit):
+            raise ProxyError(503, f"this rollout already holds {limit} open connections to the proxy")
+        if self._bound is not None:
+            self._bound.disconnect()
+        self._bound = channel
 
     def _module(self, dialect: str) -> ModuleType:
         return ModelProxy.DIALECTS.get(dialect, chat_completions)
