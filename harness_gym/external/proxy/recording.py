@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import threading
@@ -17,7 +18,7 @@ class ProxyRecord:
 
     dialect: str  # anthropic | chat | responses | gemini | models
     path: str
-    request: dict[str, Any] | None
+    raw: bytes | None  # the decoded request body as received; parsed again only on demand (``request``)
     response: str
     status: int
     policy_request: PolicyRequest | None = None
@@ -27,6 +28,17 @@ class ProxyRecord:
     ended: float = 0.0
     error: str | None = None
     headers: dict[str, str] = field(default_factory=dict)  # the request's headers, secrets redacted
+
+    @property
+    def request(self) -> dict[str, Any] | None:
+        """The request body parsed: a record keeps bytes, since a parsed tree costs up to ~20x its size."""
+        if self.raw is None:
+            return None
+        try:
+            body = json.loads(self.raw)
+        except (ValueError, UnicodeDecodeError):
+            return None
+        return body if isinstance(body, dict) else None
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -14,10 +14,10 @@ Standard library only (``http.server``): the measured overhead is well under 1 m
 
 from __future__ import annotations
 
-import gzip
 import http.client
 import json
 import os
+import re
 import socket
 import socketserver
 import stat
@@ -37,8 +37,10 @@ from harness_gym.external.proxy.recording import ProxyRecord, RolloutChannel
 from harness_gym.external.proxy.wire import DialectError
 
 MAX_BODY = 64 * 1024 * 1024
+MAX_UNAUTHENTICATED = 64 * 1024  # the most body bytes read (and dropped) for a refused unknown key
 MAX_CONNECTIONS = 256
 MAX_CONNECTIONS_PER_ROLLOUT = 32  # one rollout cannot hold every slot of a proxy shared by many
+_CHUNK_SIZE = re.compile(rb"[0-9a-fA-F]{1,8}")
 _SECRET_HEADERS = ("x-api-key", "authorization", "x-goog-api-key")
 
 
@@ -57,10 +59,13 @@ def _decode_body(raw: bytes, encoding: str) -> bytes:
     if encoding in ("", "identity"):
         return raw
     try:
-        if encoding == "gzip":
-            return gzip.decompress(raw)
-        if encoding == "deflate":
-            return zlib.decompress(raw)
+        if encoding in ("gzip", "deflate"):
+            # bounded: a 64 KiB gzip of zeros inflates to 64 MiB, a 64 MiB one to 64 GiB
+            inflater = zlib.decompressobj(wbits=31 if encoding == "gzip" else 15)
+            data = inflater.decompress(raw, MAX_BODY + 1)
+            if len(data) > MAX_BODY or inflater.unconsumed_tail:
+                raise ProxyError(413, f"request body over {MAX_BODY} bytes once decompressed")
+            return data
         if encoding == "zstd":
             try:
                 import zstandard
@@ -173,6 +178,8 @@ class ModelProxy:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
+            if isinstance(self._server, _Limited):
+                self._server.end_connections()
             self._server = None
         if self.socket_path is not None and self.socket_path.exists():
             self.socket_path.unlink()
@@ -232,6 +239,19 @@ class _Limited:
 
     def __init__(self) -> None:
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.open: set[Any] = set()  # accepted connections, shut down by ``end_connections``
+        self.open_lock = threading.Lock()
+
+    def end_connections(self) -> None:
+        """Shut every accepted connection down: their handler threads read EOF and end (an idle or
+        trickling agent connection would otherwise hold a host thread for minutes after the episode)."""
+        with self.open_lock:
+            connections = list(self.open)
+        for connection in connections:
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self.slots.acquire(blocking=False):
@@ -240,12 +260,16 @@ class _Limited:
             finally:
                 self.shutdown_request(request)  # type: ignore[attr-defined]
             return
+        with self.open_lock:  # in the accept thread: every connection is known once shutdown() returns
+            self.open.add(request)
         super().process_request(request, client_address)  # type: ignore[misc]
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)  # type: ignore[misc]
         finally:
+            with self.open_lock:
+                self.open.discard(request)
             self.slots.release()
 
 
@@ -332,17 +356,19 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                     self.proxy.unauthorized += 1
                 raise ProxyError(401, "unknown API key: this proxy serves only the rollouts it opened")
             self._bind(channel)
-            body = self._read_body(headers) if method == "POST" else None
-            record.request = body
-            refused = channel.admit()
+            refused = channel.admit()  # before the body: a refused request's body is never parsed
             if refused:
                 raise ProxyError(429, f"harness-gym budget exceeded: {refused}")
+            body = None
+            if method == "POST":
+                record.raw, body = self._read_body(headers)
             self._answer(channel, record, dialect, action, model, body, query)
         except ProxyError as exc:
             record.status = exc.status
             record.error = exc.message
             payload = self._module(dialect).error(exc.status, exc.message)
-            unusable = not self._consumed and not self._drain(headers)
+            # only a rollout's own client may make the proxy read (and drop) a long body
+            unusable = not self._consumed and not self._drain(headers, MAX_BODY if channel else MAX_UNAUTHENTICATED)
             close = unusable or exc.status in (400, 413, 415, 426, 503)
             record.response = self._send_json(exc.status, payload, close=close)
         except DialectError as exc:
@@ -371,7 +397,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     def _module(self, dialect: str) -> ModuleType:
         return ModelProxy.DIALECTS.get(dialect, chat_completions)
 
-    def _drain(self, headers: Mapping[str, str]) -> bool:
+    def _drain(self, headers: Mapping[str, str], limit: int) -> bool:
         """Read and drop the body of a refused request (so the connection stays usable and the client
         can finish sending); False when it cannot be (chunked, too long, bad length)."""
         if "chunked" in headers.get("transfer-encoding", "").lower():
@@ -380,12 +406,13 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             length = int(headers.get("content-length", "0"))
         except ValueError:
             return False
-        if not 0 <= length <= MAX_BODY:
+        if not 0 <= length <= limit:
             return False
         self.rfile.read(length)
         return True
 
-    def _read_body(self, headers: Mapping[str, str]) -> dict[str, Any]:
+    def _read_body(self, headers: Mapping[str, str]) -> tuple[bytes, dict[str, Any]]:
+        """The decoded body's bytes (what the record keeps) and its parsed object (dropped after the answer)."""
         if "chunked" in headers.get("transfer-encoding", "").lower():
             raw = self._read_chunked()
         else:
@@ -400,21 +427,22 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         raw = _decode_body(raw, headers.get("content-encoding", ""))
         try:
             body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ProxyError(400, f"the request body is not JSON: {exc}") from exc
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nested too deep
+            raise ProxyError(400, f"the request body is not JSON: {type(exc).__name__}: {exc}") from exc
         if not isinstance(body, dict):
             raise ProxyError(400, "the request body must be a JSON object")
-        return body
+        return raw, body
 
     def _read_chunked(self) -> bytes:
         parts: list[bytes] = []
         total = 0
         while True:
             line = self.rfile.readline(1024)
-            try:
-                size = int(line.split(b";")[0].strip() or b"x", 16)
-            except ValueError as exc:
-                raise ProxyError(400, "bad chunked request body") from exc
+            digits = line.split(b";")[0].strip()
+            # int(..., 16) takes "-1", "+0x10", "1_0": a negative size would read to EOF unbounded
+            if not _CHUNK_SIZE.fullmatch(digits):
+                raise ProxyError(400, "bad chunked request body: a chunk size is 1-8 hex digits")
+            size = int(digits, 16)
             if size == 0:
                 while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
                     pass
