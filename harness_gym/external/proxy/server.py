@@ -14,6 +14,7 @@ Standard library only (``http.server``): the measured overhead is well under 1 m
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -248,10 +249,8 @@ class _Limited:
         with self.open_lock:
             connections = list(self.open)
         for connection in connections:
-            try:
+            with contextlib.suppress(OSError):
                 connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self.slots.acquire(blocking=False):
