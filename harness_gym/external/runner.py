@@ -27,6 +27,7 @@ from typing import Any
 from harness_gym.external.catalog import ExternalCli, load_cli
 from harness_gym.external.install import require_install
 from harness_gym.external.proxy import ModelProxy
+from harness_gym.external.proxy.recording import match_calls
 from harness_gym.sandboxes.base import SANDBOX_HOME, create_sandbox
 from harness_gym.sandboxes.options import SandboxOptions
 from harness_gym.tasks.base import Task
@@ -232,6 +233,8 @@ def cli_sandbox_options(
 
 def _stopped(spec: ExternalCli, channel: Any, watch: _Watch) -> tuple[str, str] | None:
     """The episode's error when the policy failed or a budget was exceeded, else None."""
+    if getattr(channel, "tampered", None):  # before all else: a forged history may break the CLI too
+        return ("tampering", f"{channel.tampered}; the episode is an error")
     failed = channel.failed
     exceeded = watch.reason or channel.exceeded  # the CLI may exit on a 429 before the watch looks
     if failed is not None:  # Claude Code retries a 500 silently: its exit says nothing
@@ -363,49 +366,59 @@ def _forwarder_source() -> str:
 
 
 def canonical_transcript(spec: ExternalCli, records: Sequence[Any]) -> list[dict[str, Any]]:
-    """The conversation as graders read it, from the proxy's last agent request and its reply:
-    each assistant call with the CLI's tool name, its canonical name and role, each tool result
-    with ``canonical_name`` (so transcript-reading graders score every harness the same way)."""
+    """The conversation as graders read it, built from the proxy's own records: the first agent
+    request's system and user messages, then each turn's recorded policy reply (each call with the
+    CLI's tool name, its canonical name and role) and the tool results the next request carries for
+    those calls, matched by call id. The history a CLI sends passes through the sandbox, where the
+    agent can rewrite it; a call no reply made never enters this transcript (``RolloutChannel.verify``
+    flags it), so a transcript-reading grader scores only what the policy did."""
     turns = [r for r in records if not r.side and r.policy_request is not None and r.policy_reply is not None]
     if not turns:
         return []
-    last = turns[-1]
-    names: dict[str, str] = {}
     transcript: list[dict[str, Any]] = []
-    replies = [dict(m) for m in last.policy_request.messages]
-    reply = last.policy_reply
-    replies.append(
-        {
-            "role": "assistant",
-            "content": reply.content,
-            "tool_calls": [
-                {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
-                for c in reply.tool_calls
-            ],
-        }
-    )
-    for message in replies:
-        entry = {"role": message.get("role"), "content": message.get("content") or ""}
-        if message.get("role") == "assistant":
-            calls = []
-            for call in message.get("tool_calls") or []:
-                function = call.get("function") or {}
-                name = str(function.get("name", ""))
-                names[str(call.get("id"))] = name
-                calls.append(
+    for message in turns[0].policy_request.messages:
+        if message.get("role") not in ("system", "user"):
+            break
+        transcript.append({"role": message.get("role"), "content": message.get("content") or ""})
+    replies = [r.policy_reply for r in records if r.policy_reply is not None]
+    results: dict[str, Any] = {}  # reply call id -> the first result any later request carried for it
+    for record in turns[1:]:
+        messages = record.policy_request.messages
+        matched, _ = match_calls(messages, replies)
+        pending = {c["id"]: c for reply in replies for c in reply.tool_calls if c["id"] not in results}
+        for message in messages:
+            if message.get("role") != "tool":
+                continue
+            said = str(message.get("tool_call_id"))
+            call_id = matched.get(said) or (said if said in pending else None)
+            if call_id is None:  # Gemini: a result names its function, not a call id
+                call_id = next((i for i, c in pending.items() if c["name"] == said and i not in results), None)
+            if call_id is not None and call_id not in results:
+                results[call_id] = message.get("content") or ""
+    for record in turns:
+        reply = record.policy_reply
+        calls = [
+            {
+                "id": c["id"],
+                "name": c["name"],
+                "canonical": spec.canonical(c["name"]),
+                "role": spec.role(c["name"]),
+                "arguments": _arguments(c["arguments"]),
+            }
+            for c in reply.tool_calls
+        ]
+        transcript.append({"role": "assistant", "content": reply.content or "", "calls": calls})
+        for call in reply.tool_calls:
+            if call["id"] in results:
+                transcript.append(
                     {
-                        "id": call.get("id"),
-                        "name": name,
-                        "canonical": spec.canonical(name),
-                        "role": spec.role(name),
-                        "arguments": _arguments(function.get("arguments")),
+                        "role": "tool",
+                        "content": results[call["id"]],
+                        "name": call["name"],
+                        "canonical_name": spec.canonical(call["name"]),
+                        "tool_call_id": call["id"],
                     }
                 )
-            entry["calls"] = calls
-        elif message.get("role") == "tool":
-            name = names.get(str(message.get("tool_call_id")), "")
-            entry.update(name=name, canonical_name=spec.canonical(name), tool_call_id=message.get("tool_call_id"))
-        transcript.append(entry)
     return transcript
 
 

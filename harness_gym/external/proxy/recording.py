@@ -95,6 +95,7 @@ class RolloutChannel:
         self.exceeded: str | None = None
         self.connections = 0  # connections open now that sent this channel's secret
         self.first_system: str | None = None
+        self.tampered: str | None = None  # the first request whose history claims a call no reply made
         self.closed = False
         self.lock = threading.Lock()
         self.policy_lock = threading.Lock()  # a rollout's policy answers one request at a time
@@ -132,6 +133,23 @@ class RolloutChannel:
         request.side = side
         return request
 
+    def verify(self, request: PolicyRequest) -> str | None:
+        """Check the history a request sends against the replies this channel recorded: every assistant
+        tool call in it must be one the policy made. The agent controls everything between the CLI and
+        the proxy (it can replace the in-sandbox forwarder), so a forged call is flagged here, and the
+        first one makes the rollout an error (``tampered``). The reason, or None."""
+        with self.lock:
+            replies = [r.policy_reply for r in self.records if r.policy_reply is not None]
+        forged = forged_calls(request.messages, replies)
+        if forged and self.tampered is None:
+            with self.lock:
+                self.tampered = (
+                    f"the request history claims {len(forged)} tool call(s) the policy never made "
+                    f"(first: {forged[0]['name']!r} id {forged[0]['id']!r}): something between the CLI and "
+                    "the proxy rewrote it"
+                )
+        return self.tampered
+
     def spent(self, reply: PolicyReply) -> None:
         with self.lock:
             self.completion_tokens += reply.completion_tokens
@@ -153,3 +171,71 @@ class RolloutChannel:
         self.closed = True
         if self._on_close is not None:
             self._on_close(self)
+
+
+def _normalized(arguments: Any) -> str:
+    """Arguments compared as JSON values (a CLI may re-serialize them, a string may hold JSON)."""
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            return arguments
+    return json.dumps(arguments, sort_keys=True)
+
+
+def history_calls(messages: Any) -> list[dict[str, Any]]:
+    """The assistant tool calls a canonical history claims: ``{"id", "name", "arguments"}`` each."""
+    calls = []
+    for message in messages or []:
+        if not isinstance(message, dict) or message.get("role") != "assistant":
+            continue
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {} if isinstance(call, dict) else {}
+            calls.append(
+                {
+                    "id": str(call.get("id") or "") if isinstance(call, dict) else "",
+                    "name": str(function.get("name") or ""),
+                    "arguments": function.get("arguments"),
+                }
+            )
+    return calls
+
+
+def match_calls(messages: Any, replies: list[PolicyReply]) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """Match each call a history claims to a call of a recorded reply: by id (with the same name), or,
+    where the wire has no call ids (Gemini), by name and arguments. (history id -> reply id, forged calls)."""
+    made = [call for reply in replies for call in reply.tool_calls]
+    by_id = {str(call["id"]): call for call in made}
+    claimed = list(history_calls(messages))
+    matched: dict[str, str] = {}
+    unclaimed = list(made)
+    rest = []
+    for call in claimed:  # ids first, so a forged copy of a real call cannot take the real one's place
+        known = by_id.get(call["id"])
+        if known is not None and known["name"] == call["name"]:
+            matched[call["id"]] = str(known["id"])
+            if known in unclaimed:
+                unclaimed.remove(known)
+        else:
+            rest.append(call)
+    forged = []
+    for call in rest:
+        twin = next(
+            (
+                c
+                for c in unclaimed
+                if c["name"] == call["name"] and _normalized(c["arguments"]) == _normalized(call["arguments"])
+            ),
+            None,
+        )
+        if twin is None:
+            forged.append(call)
+        else:
+            unclaimed.remove(twin)
+            matched[call["id"]] = str(twin["id"])
+    return matched, forged
+
+
+def forged_calls(messages: Any, replies: list[PolicyReply]) -> list[dict[str, Any]]:
+    """The calls a history claims that no recorded reply made."""
+    return match_calls(messages, replies)[1]

@@ -473,6 +473,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             return
         request = channel.tag(module.parse(body, model))
         record.policy_request, record.side = request, request.side
+        channel.verify(request)  # a forged history is flagged, not answered differently: the agent learns nothing
         try:
             with channel.policy_lock:
                 reply = channel.policy.complete(request)
