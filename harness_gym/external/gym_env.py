@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import queue
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -22,6 +22,7 @@ import gymnasium as gym
 from harness_gym.external.catalog import load_cli
 from harness_gym.external.install import require_install
 from harness_gym.external.policies import PolicyReply, PolicyRequest, text_of
+from harness_gym.external.proxy.recording import forged_calls
 from harness_gym.external.runner import DEFAULT_MAX_TURNS, DEFAULT_WALL_S, ExternalEpisode, run_external_episode
 from harness_gym.spaces import AssistantActionSpace, chat_observation_space
 from harness_gym.tasks import load_tasks
@@ -37,6 +38,7 @@ class _Handoff:
         self.requests: queue.Queue[PolicyRequest | None] = queue.Queue()
         self.replies: queue.Queue[PolicyReply | None] = queue.Queue()
         self.timeout_s = timeout_s
+        self.made: list[PolicyReply] = []  # every reply given: what an observation may call the policy's
 
     def complete(self, request: PolicyRequest) -> PolicyReply:
         if request.side:
@@ -48,6 +50,7 @@ class _Handoff:
             reply = None
         if reply is None:  # the environment was closed or reset: end the CLI's turn
             raise RuntimeError("the environment gave no action")
+        self.made.append(reply)
         return reply
 
 
@@ -151,7 +154,7 @@ class ExternalCliEnv(gym.Env[dict[str, Any], Any]):
                 raise outcome
             self.episode = outcome
             return {"messages": [], "tools": []}, True
-        return _observation(request), False
+        return _observation(request, self._handoff.made), False
 
     def _ended_error(self) -> str:
         return str(self.episode.record.get("error")) if self.episode is not None else "unknown"
@@ -169,11 +172,22 @@ class ExternalCliEnv(gym.Env[dict[str, Any], Any]):
         self._handoff = None
 
 
-def _observation(request: PolicyRequest) -> dict[str, Any]:
+def _observation(request: PolicyRequest, made: Sequence[PolicyReply] = ()) -> dict[str, Any]:
+    """The request as an observation. An assistant message is ``source: "policy"`` only when it is one
+    of the replies given (its calls match theirs, or its text does): the history passes through the
+    sandbox, where the agent can rewrite it, and a trainer must not learn from what it forged (such a
+    message is marked ``hook``, written by the harness side; the runner flags the episode)."""
+    replies = list(made)
+    texts = {reply.content.strip() for reply in replies}
     messages = []
     for message in request.messages:
         role = str(message.get("role")) if message.get("role") in SOURCES else "user"
-        entry: dict[str, Any] = {"role": role, "content": text_of(message.get("content")), "source": SOURCES[role]}
+        text = text_of(message.get("content"))
+        source = SOURCES[role]
+        if role == "assistant":
+            ours = forged_calls([message], replies) == [] if message.get("tool_calls") else text.strip() in texts
+            source = "policy" if ours else "hook"
+        entry: dict[str, Any] = {"role": role, "content": text, "source": source}
         for key in ("tool_calls", "tool_call_id", "name"):
             if message.get(key):
                 entry[key] = message[key]
