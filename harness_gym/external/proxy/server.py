@@ -21,6 +21,7 @@ import os
 import socket
 import socketserver
 import stat
+import struct
 import threading
 import time
 import zlib
@@ -39,6 +40,9 @@ from harness_gym.external.proxy.wire import DialectError
 MAX_BODY = 64 * 1024 * 1024
 MAX_CONNECTIONS = 256
 MAX_CONNECTIONS_PER_ROLLOUT = 32  # one rollout cannot hold every slot of a proxy shared by many
+# connections one peer uid (a sandbox's dedicated uid, run as root) may hold on the unix socket, sent
+# a secret or not: a hostile agent may connect to the socket directly, past its forwarder's cap
+MAX_CONNECTIONS_PER_PEER = 32
 _SECRET_HEADERS = ("x-api-key", "authorization", "x-goog-api-key")
 
 
@@ -232,20 +236,47 @@ class _Limited:
 
     def __init__(self) -> None:
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.peers: dict[int, int] = {}  # peer uid -> open connections (unix socket, other uids)
+        self.peer_of: dict[Any, int] = {}
+        self.peer_lock = threading.Lock()
+
+    def _refuse(self, request: Any) -> None:
+        try:
+            request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        except OSError:
+            pass
+        finally:
+            self.shutdown_request(request)  # type: ignore[attr-defined]
 
     def process_request(self, request: Any, client_address: Any) -> None:
+        uid = _peer_uid(request)
+        if uid is not None:
+            with self.peer_lock:
+                if self.peers.get(uid, 0) >= MAX_CONNECTIONS_PER_PEER:
+                    uid = -1
+                else:
+                    self.peers[uid] = self.peers.get(uid, 0) + 1
+                    self.peer_of[request] = uid
+            if uid == -1:
+                self._refuse(request)
+                return
         if not self.slots.acquire(blocking=False):
-            try:
-                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-            finally:
-                self.shutdown_request(request)  # type: ignore[attr-defined]
+            self._release_peer(request)
+            self._refuse(request)
             return
         super().process_request(request, client_address)  # type: ignore[misc]
+
+    def _release_peer(self, request: Any) -> None:
+        with self.peer_lock:
+            uid = self.peer_of.pop(request, None)
+            if uid is not None:
+                self.peers[uid] -= 1
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)  # type: ignore[misc]
         finally:
+            self._release_peer(request)
             self.slots.release()
 
 
@@ -493,6 +524,19 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         self.wfile.write(data)
         if close:
             self.close_connection = True
+
+
+def _peer_uid(request: Any) -> int | None:
+    """The uid of a unix-socket peer other than the proxy's own (None: TCP, or the proxy's uid, which
+    every unprivileged sandbox shares and so cannot tell sandboxes apart)."""
+    if getattr(request, "family", None) != socket.AF_UNIX:
+        return None
+    try:
+        creds = request.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    uid = int(struct.unpack("3i", creds)[1])
+    return None if uid == os.getuid() else uid
 
 
 def _answers(path: Path) -> bool:
