@@ -7,6 +7,7 @@ import copy
 import gzip
 import json
 import os
+import shutil
 import stat
 import threading
 import time
@@ -752,3 +753,49 @@ def test_the_forwarder_caps_the_connections_of_its_sandbox(tmp_path: Path) -> No
         listener.close()
         for connection in accepted:
             connection.close()
+
+
+PEER_SCRIPT = r"""
+import os, select, socket, sys, time
+os.setgid(65533); os.setuid(65533)
+held, refused = [], 0
+for _ in range(int(sys.argv[2])):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(sys.argv[1])
+    held.append(s)
+time.sleep(3)  # the refusals are sent at once
+readable = select.select(held, [], [], 0)[0]
+print(sum(s.recv(64).startswith(b"HTTP/1.1 503") for s in readable))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another uid")
+def test_a_sandbox_uid_connecting_past_its_forwarder_is_capped(tmp_path: Path) -> None:
+    """A hostile agent may connect to the proxy's socket directly (it is shown in its sandbox):
+    the proxy caps the connections of each peer uid, secret or none, so it cannot hold every slot."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from harness_gym.external.proxy.server import MAX_CONNECTIONS_PER_PEER
+
+    folder = Path(tempfile.mkdtemp(prefix="hg-peer-"))
+    folder.chmod(0o711)
+    try:
+        with ModelProxy(folder / "s" / "model.sock") as proxy:
+            count = MAX_CONNECTIONS_PER_PEER + 6
+            done = subprocess.run(
+                [sys.executable, "-c", PEER_SCRIPT, str(proxy.socket_path), str(count)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode == 0, done.stderr
+            assert int(done.stdout) == 6  # the ones past the cap got 503 at once; the rest are held
+            channel = proxy.open_rollout(DoNothingPolicy())
+            assert proxy.socket_path is not None
+            mine = UnixHTTPConnection(proxy.socket_path, timeout=30)
+            assert _models_on(mine, channel.secret) == 200  # the proxy's own uid is not capped
+            mine.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -22,6 +22,7 @@ import re
 import socket
 import socketserver
 import stat
+import struct
 import threading
 import time
 import zlib
@@ -42,6 +43,9 @@ MAX_UNAUTHENTICATED = 64 * 1024  # the most body bytes read (and dropped) for a 
 MAX_CONNECTIONS = 256
 MAX_CONNECTIONS_PER_ROLLOUT = 32  # one rollout cannot hold every slot of a proxy shared by many
 _CHUNK_SIZE = re.compile(rb"[0-9a-fA-F]{1,8}")
+# connections one peer uid (a sandbox's dedicated uid, run as root) may hold on the unix socket, sent
+# a secret or not: a hostile agent may connect to the socket directly, past its forwarder's cap
+MAX_CONNECTIONS_PER_PEER = 32
 _SECRET_HEADERS = ("x-api-key", "authorization", "x-goog-api-key")
 
 
@@ -242,6 +246,9 @@ class _Limited:
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.open: set[Any] = set()  # accepted connections, shut down by ``end_connections``
         self.open_lock = threading.Lock()
+        self.peers: dict[int, int] = {}  # peer uid -> open connections (unix socket, other uids)
+        self.peer_of: dict[Any, int] = {}
+        self.peer_lock = threading.Lock()
 
     def end_connections(self) -> None:
         """Shut every accepted connection down: their handler threads read EOF and end (an idle or
@@ -252,16 +259,39 @@ class _Limited:
             with contextlib.suppress(OSError):
                 connection.shutdown(socket.SHUT_RDWR)
 
+    def _refuse(self, request: Any) -> None:
+        try:
+            request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        except OSError:
+            pass
+        finally:
+            self.shutdown_request(request)  # type: ignore[attr-defined]
+
     def process_request(self, request: Any, client_address: Any) -> None:
+        uid = _peer_uid(request)
+        if uid is not None:
+            with self.peer_lock:
+                if self.peers.get(uid, 0) >= MAX_CONNECTIONS_PER_PEER:
+                    uid = -1
+                else:
+                    self.peers[uid] = self.peers.get(uid, 0) + 1
+                    self.peer_of[request] = uid
+            if uid == -1:
+                self._refuse(request)
+                return
         if not self.slots.acquire(blocking=False):
-            try:
-                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-            finally:
-                self.shutdown_request(request)  # type: ignore[attr-defined]
+            self._release_peer(request)
+            self._refuse(request)
             return
         with self.open_lock:  # in the accept thread: every connection is known once shutdown() returns
             self.open.add(request)
         super().process_request(request, client_address)  # type: ignore[misc]
+
+    def _release_peer(self, request: Any) -> None:
+        with self.peer_lock:
+            uid = self.peer_of.pop(request, None)
+            if uid is not None:
+                self.peers[uid] -= 1
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
@@ -269,6 +299,7 @@ class _Limited:
         finally:
             with self.open_lock:
                 self.open.discard(request)
+            self._release_peer(request)
             self.slots.release()
 
 
@@ -521,6 +552,19 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         self.wfile.write(data)
         if close:
             self.close_connection = True
+
+
+def _peer_uid(request: Any) -> int | None:
+    """The uid of a unix-socket peer other than the proxy's own (None: TCP, or the proxy's uid, which
+    every unprivileged sandbox shares and so cannot tell sandboxes apart)."""
+    if getattr(request, "family", None) != socket.AF_UNIX:
+        return None
+    try:
+        creds = request.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    uid = int(struct.unpack("3i", creds)[1])
+    return None if uid == os.getuid() else uid
 
 
 def _answers(path: Path) -> bool:
