@@ -120,6 +120,20 @@ def test_a_deeply_nested_body_is_a_clear_400(proxy: ModelProxy) -> None:
     assert status == 400
 
 
+def test_the_bodies_one_rollout_keeps_are_bounded(proxy: ModelProxy) -> None:
+    """Past its recorded-bytes budget a rollout is refused (429, before the body is read): budget error."""
+    channel = proxy.open_rollout(ScriptedPolicy([], final="ok"))
+    channel.max_recorded_bytes = 100_000
+    data = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * 60_000}]}).encode()
+    statuses = []
+    for _ in range(3):
+        with _connect(proxy) as sock:
+            sock.sendall(_post_head(channel.secret, f"Content-Length: {len(data)}\r\n") + data)
+            statuses.append(_status(sock))
+    assert statuses == [200, 200, 429] and channel.exceeded and "bytes of request bodies" in channel.exceeded
+    assert channel.records[-1].raw is None
+
+
 # ------------------------------------------------------------------------------ proxy, other rollouts
 
 

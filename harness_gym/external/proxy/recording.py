@@ -57,6 +57,8 @@ class ProxyRecord:
         }
 
 
+MAX_RECORDED_BYTES = 256 * 1024 * 1024  # request bytes one rollout's records may keep (CLIs send ~0.1-1 MiB)
+
 # Claude Code's first system block carries a per-request billing header: not part of the prompt
 _VOLATILE = re.compile(r"^x-anthropic-billing-header:.*$", re.MULTILINE)
 
@@ -95,7 +97,9 @@ class RolloutChannel:
         self.exceeded: str | None = None
         self.connections = 0  # connections open now that sent this channel's secret
         self.first_system: str | None = None
-        self.tampered: str | None = None  # the first request whose history claims a call no reply made
+        self.tampered: str | None = None
+        self.max_recorded_bytes = MAX_RECORDED_BYTES
+        self.recorded_bytes = 0  # the first request whose history claims a call no reply made
         self.closed = False
         self.lock = threading.Lock()
         self.policy_lock = threading.Lock()  # a rollout's policy answers one request at a time
@@ -108,6 +112,14 @@ class RolloutChannel:
             if self.exceeded is None and self.max_requests is not None and self.requests > self.max_requests:
                 self.exceeded = f"more than {self.max_requests} requests"
             return self.exceeded
+
+    def recorded(self, size: int) -> None:
+        """Count a kept request body: past ``max_recorded_bytes`` the rollout's budget is exceeded, so the
+        bodies one rollout pins in host memory are bounded (later requests are refused before being read)."""
+        with self.lock:
+            self.recorded_bytes += size
+            if self.exceeded is None and self.recorded_bytes > self.max_recorded_bytes:
+                self.exceeded = f"more than {self.max_recorded_bytes} bytes of request bodies"
 
     def connect(self, limit: int | None) -> bool:
         """Count one more open connection for this rollout; False (not counted) past ``limit``."""

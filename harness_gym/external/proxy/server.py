@@ -392,6 +392,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             body = None
             if method == "POST":
                 record.raw, body = self._read_body(headers)
+                channel.recorded(len(record.raw))
             self._answer(channel, record, dialect, action, model, body, query)
         except ProxyError as exc:
             record.status = exc.status
