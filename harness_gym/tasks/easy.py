@@ -182,18 +182,29 @@ def generate_easy(seed: int, count: int = DEFAULT_COUNT, templates: str = "all")
     key = {"version": GENERATOR_VERSION, "seed": seed, "count": count, "templates": templates}
     root = write_drafts("generated-easy", f"{seed}-{templates}-{count}", key, drafts)
     return [
-        Task(
-            id=task_id,
-            instruction=draft.instruction,
-            mount_path=MOUNT,
-            workspace_dir=root / task_id / "workspace",
-            grader_files=(root / task_id / "grader",),
-            solution=draft.solution(),
-            split="eval" if task_id.rsplit("-", 1)[-1] in HELDOUT_TEMPLATES else "train",
+        draft_task(
+            root,
+            task_id,
+            draft,
+            heldout=task_id.rsplit("-", 1)[-1] in HELDOUT_TEMPLATES,
             metadata={"family": "generated-easy", "template": task_id.split("-", 3)[-1], "seed": seed},
         )
         for task_id, draft in drafts.items()
     ]
+
+
+def draft_task(root: Path, task_id: str, draft: Draft, *, heldout: bool, metadata: dict[str, Any]) -> Task:
+    """The task of a draft that :func:`write_drafts` wrote under ``root``."""
+    return Task(
+        id=task_id,
+        instruction=draft.instruction,
+        mount_path=MOUNT,
+        workspace_dir=root / task_id / "workspace",
+        grader_files=(root / task_id / "grader",),
+        solution=draft.solution(),
+        split="eval" if heldout else "train",
+        metadata=metadata,
+    )
 
 
 def write_drafts(family: str, name: str, key: Mapping[str, Any], drafts: Mapping[str, Draft]) -> Path:

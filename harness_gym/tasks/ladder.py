@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from harness_gym.tasks.base import Suite, Task, TaskError, register_loader
-from harness_gym.tasks.easy import MOUNT, WORDS, Draft, _lines, write_drafts
+from harness_gym.tasks.easy import WORDS, Draft, _lines, draft_task, write_drafts
 
 LADDER_VERSION = 1  # part of every task's seed: bump it to redraw the ladder
 SOURCE_DIGEST = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]  # cached suites are keyed by it
@@ -337,14 +337,11 @@ def generate_ladder(
     key = {"source": SOURCE_DIGEST, "seed": seed, "count": count, "templates": chosen, "words": words}
     root = write_drafts("ladder", f"{seed}-{templates}-{words}-{rungs}-{count}", key, drafts)
     return [
-        Task(
-            id=task_id,
-            instruction=draft.instruction,
-            mount_path=MOUNT,
-            workspace_dir=root / task_id / "workspace",
-            grader_files=(root / task_id / "grader",),
-            solution=draft.solution(),
-            split="eval" if TEMPLATES[name].heldout else "train",
+        draft_task(
+            root,
+            task_id,
+            draft,
+            heldout=TEMPLATES[name].heldout,
             metadata={
                 "family": "ladder",
                 "template": name,
