@@ -147,7 +147,8 @@ class PaddedReference:
     def __init__(self, padding: int) -> None:
         from harness_gym.agents import ReferenceAgent
 
-        self.inner, self.padding, self.turn, self.env = ReferenceAgent(), padding, 0, None
+        self.inner, self.padding, self.turn = ReferenceAgent(), padding, 0
+        self.env: Any = None
 
     def reset(self, env: Any) -> Any:
         self.turn, self.env = 0, env
@@ -178,7 +179,7 @@ def episode_cost(rounds: int, turns: int, task_ids: list[str] | None) -> dict[st
         grades.setdefault(task.id, []).append((time.perf_counter() - wall, _cpu_seconds() - cpu))
         return result
 
-    Task.grade = timed_grade  # type: ignore[method-assign]
+    Task.grade = timed_grade  # type: ignore[method-assign,assignment]
     env = HarnessEnv("S0T0O0C0W0", tasks="builtin", max_steps=turns + 10)
     ids = task_ids or [t.id for t in env.tasks]
     by_id = {t.id: t for t in env.tasks}
@@ -203,7 +204,7 @@ def episode_cost(rounds: int, turns: int, task_ids: list[str] | None) -> dict[st
         tail_cpu = _cpu_seconds() - closing
     finally:
         Task.grade = original  # type: ignore[method-assign]
-    per_task = {
+    per_task: dict[str, dict[str, Any]] = {
         task_id: {
             "grade_p50_ms": statistics.median(w for w, _ in samples) * 1000,
             "grade_cpu_p50_ms": statistics.median(c for _, c in samples) * 1000,

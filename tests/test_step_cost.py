@@ -104,3 +104,39 @@ def test_env_step_is_judged_against_the_floor_and_every_row_says_its_path():
     for name in rows:
         line = next(line for line in table.splitlines() if line.startswith(f"| {name} |"))
         assert compare.PATHS[name] in line
+
+
+def test_cpu_meter_counts_what_a_grandchild_in_a_sandbox_burns():
+    """The episode cost counts sandbox processes (getrusage misses those reaped in a namespace)."""
+    import pytest
+
+    import benchmarks.grading_time as grading_time
+    from harness_gym.sandboxes import BubblewrapSandbox
+
+    with grading_time.cpu_meter() as meter:
+        if not meter.startswith("cpuacct"):
+            pytest.skip(f"no cpuacct group here: {meter}")
+        box = BubblewrapSandbox()
+        box.start(box.new_workspace(), "/workspace")
+        try:
+            before = grading_time._cpu_seconds()
+            box.run("python3 -c 'import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass'")
+            burnt = grading_time._cpu_seconds() - before
+        finally:
+            box.close()
+    assert burnt >= 0.25, f"{burnt:.3f} s of CPU counted for a 0.3 s busy loop"
+
+
+def test_a_padded_rollout_has_the_turns_asked_and_still_solves_the_task():
+    import benchmarks.grading_time as grading_time
+    from harness_gym import HarnessEnv
+    from harness_gym.agents import run_episode
+
+    env = HarnessEnv("S0T0O0C0W0", tasks="builtin", max_steps=40)
+    try:
+        task = next(t for t in env.tasks if t.id == "workspace-json-to-csv")
+        padding = 12 - len(task.solution) - 1
+        result = run_episode(env, grading_time.PaddedReference(padding), seed=0, task_id=task.id)
+    finally:
+        env.close()
+    assert result.reward == 1.0 and result.steps == 12
