@@ -1,0 +1,56 @@
+"""Red team, third pass (hred) over issue 28's grading change: attacks only. Each working attack is
+a test marked ``xfail(strict=True)`` that turns green when the hole is fixed; each asserts what an
+honest grading must give (a wrong or empty solution earns no more than the do-nothing score).
+
+Shapes come from tests/test_reward_integrity_third_pass.py (a ClawGym-style ``reward.sh`` and a
+PinchBench-style check that run the agent's program with its stdout going to the grader's)."""
+
+import shlex
+
+import pytest
+from conftest import requires_bwrap
+from test_reward_integrity_third_pass import (  # noqa: F401 (fixtures)
+    claw,
+    honest,
+    pinch,
+    play,
+)
+
+from harness_gym.tasks.audit import Exploit
+
+
+def program(source: str) -> str:
+    """The agent's command: write ``source`` as solve.py (the program the grader runs)."""
+    return f"printf %s {shlex.quote(source)} > solve.py"
+
+
+# ------------------------------------------------------------------ 1. planting ahead in the signer's file
+
+# The signer sends the grade command's stdout to an unlinked *regular file* (tempfile.TemporaryFile).
+# A regular file has an offset per open file description: the graded program re-opens its own stdout
+# through /proc/self/fd/1 (a new description, its own offset) and writes, *past the current end*, a
+# run of newlines and then "1.0". The grader's own verdict line, printed later through the inherited
+# description, lands at the old end and overwrites only the start of that run: the file ends with the
+# planted "1.0". No process outlives the grader (the subreaper and the guard see nothing), the signer
+# signs the planted line as the grader's output, and the host accepts it.
+PLANT_AHEAD = r"""
+import os
+try:
+    fd = os.open("/proc/self/fd/1", os.O_WRONLY)
+    os.pwrite(fd, b"\n" * 4096 + b"1.0\n", os.fstat(1).st_size)
+except OSError:
+    pass
+"""
+
+
+@requires_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="hred-1: the signer's output file is a regular file; the graded program plants '1.0' past "
+    "its end through a second open description (/proc/self/fd/1), the grader's verdict lands before it",
+)
+@pytest.mark.parametrize("shape", ["claw", "pinch"])
+def test_a_line_planted_past_the_end_of_the_signers_file_earns_nothing(shape, request):
+    task = request.getfixturevalue(shape)
+    cell = play(task, Exploit("plant-ahead", "write past the output's end", ({"bash": program(PLANT_AHEAD)},)))
+    assert cell.reward == 0.0, cell  # observed: 1.0, no grader error, signature valid
