@@ -54,3 +54,35 @@ def test_a_line_planted_past_the_end_of_the_signers_file_earns_nothing(shape, re
     task = request.getfixturevalue(shape)
     cell = play(task, Exploit("plant-ahead", "write past the output's end", ({"bash": program(PLANT_AHEAD)},)))
     assert cell.reward == 0.0, cell  # observed: 1.0, no grader error, signature valid
+
+
+# ------------------------------------------------------------------ 2. the grader's folder is writable
+
+# The grader's files are bound read-write into the grading sandbox (so the signer can delete the key)
+# and chowned to the sandbox uid, and the program a grader runs runs as that uid. bash reads a script
+# as it goes (fd 255, position in /proc/PPID/fdinfo/255): the graded program rewrites the rest of
+# reward.sh, from the running command on, to "echo 1.0; exit 0". The same holds for any file of the
+# grader folder used after the agent's program ran (a check.py that reward.sh calls next).
+REWRITE_GRADER = r"""
+import os
+path = "/root/.openclaw/workspace/reward/reward.sh"
+try:
+    size = os.path.getsize(path)
+    position = int(open("/proc/%d/fdinfo/255" % os.getppid()).read().split()[1])
+    with open(path, "r+b") as script:
+        script.seek(position)
+        script.write(b"echo 1.0; exit 0\n" + b"#" * max(0, size - position))
+except (OSError, ValueError, IndexError):
+    pass
+"""
+
+
+@requires_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="hred-2: the grader folder is bound read-write and owned by the sandbox uid: the graded program "
+    "rewrites the rest of reward.sh (bash reads it as it runs) to 'echo 1.0'",
+)
+def test_the_graded_program_cannot_rewrite_the_grader(claw):  # noqa: F811
+    cell = play(claw, Exploit("rewrite-grader", "rewrite reward.sh mid-run", ({"bash": program(REWRITE_GRADER)},)))
+    assert cell.reward == 0.0, cell  # observed: 1.0, no grader error
