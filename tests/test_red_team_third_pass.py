@@ -86,3 +86,67 @@ except (OSError, ValueError, IndexError):
 def test_the_graded_program_cannot_rewrite_the_grader(claw):  # noqa: F811
     cell = play(claw, Exploit("rewrite-grader", "rewrite reward.sh mid-run", ({"bash": program(REWRITE_GRADER)},)))
     assert cell.reward == 0.0, cell  # observed: 1.0, no grader error
+
+
+REWRITE_CHECKER = r"""
+try:
+    with open("/root/.openclaw/workspace/reward/check.py", "w") as checker:
+        checker.write("print(1.0)\n")
+except OSError:
+    pass
+"""
+
+
+def clawgym_checker_task(root):
+    """ClawGym-shaped, the common form of the data: reward.sh runs the agent's program, then a
+    check of its own folder (reward/check.py) prints the reward."""
+    from dataclasses import replace
+
+    from test_reward_integrity_third_pass import WS, clawgym_program_task, write
+
+    task = clawgym_program_task(root)
+    folder = root / "task_0000" / "reward"
+    write(folder / "reward.sh", f"cd {WS}\nrm -f answer.txt\npython3 solve.py\npython3 reward/check.py\n")
+    write(
+        folder / "check.py",
+        "import pathlib\np = pathlib.Path('answer.txt')\nprint(1.0 if p.is_file() and p.read_text() == '42' else 0.0)\n",
+    )
+    return replace(task, grader_files=(folder,))
+
+
+@requires_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="hred-2: the grader folder is writable by the graded program: it rewrites reward/check.py, "
+    "which reward.sh runs after it",
+)
+def test_the_graded_program_cannot_rewrite_a_check_run_after_it(tmp_path):
+    task = clawgym_checker_task(tmp_path / "claw")
+    assert honest(task, "true") == 0.0
+    cell = play(task, Exploit("rewrite-check", "rewrite check.py", ({"bash": program(REWRITE_CHECKER)},)))
+    assert cell.reward == 0.0, cell  # observed: 1.0, no grader error
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="hred-1 and hred-2 on Docker: the same signer output file and the same writable grader folder",
+)
+@pytest.mark.parametrize("attack", ["plant-ahead", "rewrite-check"])
+def test_planting_ahead_and_rewriting_the_grader_earn_nothing_on_docker(attack, tmp_path, docker_engine, monkeypatch):
+    from dataclasses import replace
+
+    from test_reward_integrity_third_pass import pinchbench_program_task
+
+    host, image = docker_engine
+    monkeypatch.setenv("DOCKER_HOST", host)
+    source = PLANT_AHEAD if attack == "plant-ahead" else REWRITE_CHECKER
+    # the test image has no bash: reward.sh runs under sh there
+    shapes = [replace(clawgym_checker_task(tmp_path / "claw"), grade_command="sh reward/reward.sh")]
+    if attack == "plant-ahead":
+        shapes.append(pinchbench_program_task(tmp_path / "pinch"))
+    rewards = {}
+    for task in shapes:
+        task = replace(task, image=image)
+        assert honest(task, "true", backend="docker") == 0.0, task.id
+        rewards[task.id] = play(task, Exploit(attack, attack, ({"bash": program(source)},)), backend="docker").reward
+    assert set(rewards.values()) == {0.0}, rewards  # observed: 1.0 for every shape
