@@ -9,6 +9,7 @@ import shlex
 
 import pytest
 from conftest import requires_bwrap
+from test_reward_integrity import swe_task  # noqa: F401 (a fixture)
 from test_reward_integrity_third_pass import (  # noqa: F401 (fixtures)
     claw,
     honest,
@@ -150,3 +151,36 @@ def test_planting_ahead_and_rewriting_the_grader_earn_nothing_on_docker(attack, 
         assert honest(task, "true", backend="docker") == 0.0, task.id
         rewards[task.id] = play(task, Exploit(attack, attack, ({"bash": program(source)},)), backend="docker").reward
     assert set(rewards.values()) == {0.0}, rewards  # observed: 1.0 for every shape
+
+
+# ------------------------------------------------------------------ 3. SWE/R2E: the report plugin's own functions
+
+# The runner's pytest plugin (graders/pytest_report.py) guards pytest's and unittest's outcome
+# functions against replacement, but not its own: the code under test (imported by the tests, in
+# the same process) replaces ``pytest_report._status`` (a global looked up at each report) so every
+# test reports PASSED, and ``_tampered`` so nothing is flagged. The runner signs the verdict it then
+# computes: the signature proves who printed it, not what it was computed from.
+PATCH_REPORT_PLUGIN = """
+cat >> calc.py <<"PY"
+
+import sys as _hg_sys
+_hg_plugin = _hg_sys.modules.get("pytest_report")
+if _hg_plugin is not None:
+    _hg_plugin._tampered = lambda: []
+    _hg_plugin._status = lambda report: "PASSED" if report.when == "call" else None
+PY
+"""
+
+
+@requires_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="hred-3: the SWE/R2E report plugin guards pytest's functions, not its own: the code under test "
+    "replaces pytest_report._status and _tampered, every test reports PASSED, the runner signs 1.0",
+)
+def test_patching_the_report_plugin_earns_nothing_on_a_swe_task(swe_task):  # noqa: F811
+    assert honest(swe_task, "true") == 0.0
+    cell = play(
+        swe_task, Exploit("patch-report-plugin", "replace the plugin's _status", ({"bash": PATCH_REPORT_PLUGIN},))
+    )
+    assert cell.reward == 0.0, cell  # observed: 1.0, no grader error
