@@ -57,6 +57,48 @@ def test_a_line_planted_past_the_end_of_the_signers_file_earns_nothing(shape, re
     assert cell.reward == 0.0, cell  # observed: 1.0, no grader error, signature valid
 
 
+# The same where reward.sh captures the program's output (``log=$(python3 solve.py)``): reward.sh's
+# bash is dumpable and of the same uid, so the program finds the signer's file among its ancestors'
+# descriptors (/proc/PID/fd/1 of reward.sh) and plants there.
+PLANT_THROUGH_ANY_PROCESS = r"""
+import os
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        continue
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}").endswith("(deleted)"):
+                out = os.open(f"/proc/{pid}/fd/{fd}", os.O_WRONLY)
+                os.pwrite(out, b"\n" * 4096 + b"1.0\n", os.fstat(out).st_size)
+        except OSError:
+            pass
+"""
+
+
+@requires_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="hred-1: reward.sh captures the program's output, but its own stdout (the signer's file) is "
+    "reachable through /proc/PPID/fd/1: the program plants '1.0' past its end",
+)
+def test_planting_through_the_graders_descriptor_earns_nothing(tmp_path):
+    from test_reward_integrity_third_pass import WS, clawgym_program_task, write
+
+    task = clawgym_program_task(tmp_path / "claw")
+    write(
+        tmp_path / "claw" / "task_0000" / "reward" / "reward.sh",
+        f"cd {WS}\nrm -f answer.txt\nlog=$(python3 solve.py 2>&1)\n"
+        'if [ "$(cat answer.txt 2>/dev/null)" = 42 ]; then echo 1.0; else echo 0.0; fi\n',
+    )
+    assert honest(task, "true") == 0.0
+    cell = play(
+        task, Exploit("plant-through", "plant via reward.sh's fd", ({"bash": program(PLANT_THROUGH_ANY_PROCESS)},))
+    )
+    assert cell.reward == 0.0, cell  # observed: 1.0, no grader error
+
+
 # ------------------------------------------------------------------ 2. the grader's folder is writable
 
 # The grader's files are bound read-write into the grading sandbox (so the signer can delete the key)
