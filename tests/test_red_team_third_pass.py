@@ -226,3 +226,43 @@ def test_patching_the_report_plugin_earns_nothing_on_a_swe_task(swe_task):  # no
         swe_task, Exploit("patch-report-plugin", "replace the plugin's _status", ({"bash": PATCH_REPORT_PLUGIN},))
     )
     assert cell.reward == 0.0, cell  # observed: 1.0, no grader error
+
+
+# ------------------------------------------------------------------ 4. serve-env: one message still ends a session
+
+
+@requires_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="hred-4: a WebSocket message nested too deeply (JSON) raises RecursionError, which the new "
+    "malformed-message filter does not catch (ValueError only): the session and its episode end",
+)
+def test_a_deeply_nested_message_gets_an_error_and_the_session_stays():
+    import asyncio
+    import json
+
+    pytest.importorskip("openenv.core", reason="openenv-core is not installed")
+    from openenv.core import GenericEnvClient
+
+    from harness_gym.env_server import EnvServer
+
+    token = "hred-token-4"
+    server = EnvServer("Harness-S0T0O0C0W0", port=0, token=token).start()
+    step = {"text": '<tool_call>{"name": "execute_bash", "arguments": {"command": "echo still-here"}}</tool_call>'}
+
+    async def session():
+        client = GenericEnvClient(base_url=server.url.replace("http://", f"http://token:{token}@"))
+        await client.connect()
+        await client.reset(seed=0)
+        await client._ws.send("[" * 100_000 + "]" * 100_000)
+        answer = json.loads(await asyncio.wait_for(client._ws.recv(), 30))
+        result = await asyncio.wait_for(client.step(step), 60)  # observed: ConnectionClosedOK
+        await client.close()
+        return answer, result
+
+    try:
+        answer, result = asyncio.run(session())
+    finally:
+        server.stop()
+    assert answer["type"] == "error"
+    assert "still-here" in result.observation["messages"][-1]["content"]
