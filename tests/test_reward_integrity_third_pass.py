@@ -17,6 +17,7 @@ from harness_gym.tasks.audit import Exploit, load_exploits, run_exploit
 
 WS = "/root/.openclaw/workspace"
 UNDEAD = load_exploits(names=["undead-writer"])[0]
+REWIND = load_exploits(names=["rewind-stdout"])[0]
 SOLVE = "import pathlib\npathlib.Path('answer.txt').write_text('42')\n"
 
 
@@ -121,6 +122,10 @@ def test_an_undead_writer_earns_nothing_on_bubblewrap(shape, request):
     for _ in range(2):
         cell = play(task, UNDEAD)
         assert cell.reward == 0.0, cell
+    # the fix's own red-team pass: a signer that kept the grader's stdout in a regular file let the
+    # graded program move its offset back, so the grader's verdict overwrote padding, not the forgery
+    cell = play(task, REWIND)
+    assert cell.reward == 0.0, cell
 
 
 @requires_bwrap

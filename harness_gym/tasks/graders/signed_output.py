@@ -3,8 +3,8 @@ script) INSIDE the grading sandbox, and signs what it printed (standard library 
 
 Usage: ``python3 -I signed_output.py GRADER_FOLDER SHELL COMMAND``. The key is taken first
 (``verdict.take_key``: this process becomes non-dumpable and the key file is gone before the
-command runs). The command's stdout goes to an unlinked file (no path to it, no pipe to hold
-open). This process is a child subreaper, so everything the command starts stays its
+command runs). The command's stdout goes to a pipe this process reads (a file's offset could be
+moved back by the graded code). This process is a child subreaper, so everything the command starts stays its
 descendant however it forks; when the command ends, a descendant still alive (a daemon, or a
 process whose main thread exited while another thread writes) makes the grading a grader error
 (status 125): nothing the graded code started is alive when the output is read. Then the output's
@@ -21,7 +21,7 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
+import threading
 
 LEFTOVER_STATUS = 125
 TAIL_CHARS = 16000  # what is kept of the command's output (the verdict is its last lines)
@@ -55,25 +55,53 @@ def descendants_alive():
             return True
 
 
+class Tail:
+    """The last TAIL_CHARS-odd bytes of a pipe, read in a thread (a grader flooding its stdout
+    neither blocks on a full pipe nor fills this process's memory)."""
+
+    def __init__(self, fd):
+        self.fd, self.data, self.dropped = fd, bytearray(), 0
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        while True:
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                return
+            self.data += chunk
+            if len(self.data) > 8 * TAIL_CHARS:
+                self.dropped += len(self.data) - 4 * TAIL_CHARS
+                del self.data[: len(self.data) - 4 * TAIL_CHARS]
+
+
 def main():
     folder, shell, command = sys.argv[1:4]
     key = _verdict_module().take_key(folder)
     # PR_SET_CHILD_SUBREAPER; where it fails, the sandbox's guard still refuses leftovers
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)
-    with tempfile.TemporaryFile() as output:
-        status = subprocess.call([shell, "-c", command], stdout=output)
-        if descendants_alive():
-            print(
-                "harness-gym: processes the grade command started were still running when it ended;"
-                " they could write after its verdict, so it is not trusted",
-                file=sys.stderr,
-            )
-            sys.exit(LEFTOVER_STATUS)
-        output.seek(0)
-        text = output.read().decode("utf-8", errors="replace").replace("\r", "\n")
+    # a pipe, not a file: a file's offset is shared with the graded code, which could move it back so
+    # the grader's verdict overwrites padding instead of following a forged line (exploit rewind-stdout)
+    read_end, write_end = os.pipe()
+    child = subprocess.Popen([shell, "-c", command], stdout=write_end)
+    os.close(write_end)
+    tail = Tail(read_end)
+    status = child.wait()
+    if descendants_alive():
+        print(
+            "harness-gym: processes the grade command started were still running when it ended;"
+            " they could write after its verdict, so it is not trusted",
+            file=sys.stderr,
+        )
+        sys.exit(LEFTOVER_STATUS)
+    tail.thread.join()  # no process that could hold the pipe is alive: it is at its end
+    text = bytes(tail.data).decode("utf-8", errors="replace").replace("\r", "\n")
+    dropped = tail.dropped
     if len(text) > TAIL_CHARS:
-        text = f"[... {len(text) - TAIL_CHARS} characters of the grader's output elided ...]\n" + text[-TAIL_CHARS:]
+        dropped, text = dropped + len(text) - TAIL_CHARS, text[-TAIL_CHARS:]
+    if dropped:
+        text = f"[... {dropped} characters of the grader's output elided ...]\n" + text
     if text and not text.endswith("\n"):
         text += "\n"
     sys.stdout.write(text)
