@@ -33,7 +33,9 @@ def program(source: str) -> str:
 # run of newlines and then "1.0". The grader's own verdict line, printed later through the inherited
 # description, lands at the old end and overwrites only the start of that run: the file ends with the
 # planted "1.0". No process outlives the grader (the subreaper and the guard see nothing), the signer
-# signs the planted line as the grader's output, and the host accepts it.
+# signed the planted line as the grader's output, and the host accepted it: 1.0 on ClawGym- and
+# PinchBench-shaped tasks, bubblewrap and Docker. Contained since h28's 640fb39 (the signer reads a
+# pipe; found in parallel as exploit rewind-stdout): these stay as regression tests.
 PLANT_AHEAD = r"""
 import os
 try:
@@ -45,11 +47,6 @@ except OSError:
 
 
 @requires_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="hred-1: the signer's output file is a regular file; the graded program plants '1.0' past "
-    "its end through a second open description (/proc/self/fd/1), the grader's verdict lands before it",
-)
 @pytest.mark.parametrize("shape", ["claw", "pinch"])
 def test_a_line_planted_past_the_end_of_the_signers_file_earns_nothing(shape, request):
     task = request.getfixturevalue(shape)
@@ -78,11 +75,6 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
 
 
 @requires_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="hred-1: reward.sh captures the program's output, but its own stdout (the signer's file) is "
-    "reachable through /proc/PPID/fd/1: the program plants '1.0' past its end",
-)
 def test_planting_through_the_graders_descriptor_earns_nothing(tmp_path):
     from test_reward_integrity_third_pass import WS, clawgym_program_task, write
 
@@ -170,12 +162,9 @@ def test_the_graded_program_cannot_rewrite_a_check_run_after_it(tmp_path):
     assert cell.reward == 0.0, cell  # observed: 1.0, no grader error
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="hred-1 and hred-2 on Docker: the same signer output file and the same writable grader folder",
-)
-@pytest.mark.parametrize("attack", ["plant-ahead", "rewrite-check"])
-def test_planting_ahead_and_rewriting_the_grader_earn_nothing_on_docker(attack, tmp_path, docker_engine, monkeypatch):
+def docker_rewards(attack, tmp_path, docker_engine, monkeypatch):
+    """The attack's reward on each shape in a grading container (the test image has no bash:
+    reward.sh runs under sh there)."""
     from dataclasses import replace
 
     from test_reward_integrity_third_pass import pinchbench_program_task
@@ -183,7 +172,6 @@ def test_planting_ahead_and_rewriting_the_grader_earn_nothing_on_docker(attack, 
     host, image = docker_engine
     monkeypatch.setenv("DOCKER_HOST", host)
     source = PLANT_AHEAD if attack == "plant-ahead" else REWRITE_CHECKER
-    # the test image has no bash: reward.sh runs under sh there
     shapes = [replace(clawgym_checker_task(tmp_path / "claw"), grade_command="sh reward/reward.sh")]
     if attack == "plant-ahead":
         shapes.append(pinchbench_program_task(tmp_path / "pinch"))
@@ -192,7 +180,19 @@ def test_planting_ahead_and_rewriting_the_grader_earn_nothing_on_docker(attack, 
         task = replace(task, image=image)
         assert honest(task, "true", backend="docker") == 0.0, task.id
         rewards[task.id] = play(task, Exploit(attack, attack, ({"bash": program(source)},)), backend="docker").reward
-    assert set(rewards.values()) == {0.0}, rewards  # observed: 1.0 for every shape
+    return rewards
+
+
+def test_a_line_planted_ahead_earns_nothing_on_docker(tmp_path, docker_engine, monkeypatch):
+    """hred-1 on Docker (1.0 for both shapes before 640fb39)."""
+    rewards = docker_rewards("plant-ahead", tmp_path, docker_engine, monkeypatch)
+    assert set(rewards.values()) == {0.0}, rewards
+
+
+@pytest.mark.xfail(strict=True, reason="hred-2 on Docker: the grader folder is mounted writable there too")
+def test_rewriting_a_check_earns_nothing_on_docker(tmp_path, docker_engine, monkeypatch):
+    rewards = docker_rewards("rewrite-check", tmp_path, docker_engine, monkeypatch)
+    assert set(rewards.values()) == {0.0}, rewards  # observed: 1.0
 
 
 # ------------------------------------------------------------------ 3. SWE/R2E: the report plugin's own functions
