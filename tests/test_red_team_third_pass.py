@@ -266,3 +266,24 @@ def test_a_deeply_nested_message_gets_an_error_and_the_session_stays():
         server.stop()
     assert answer["type"] == "error"
     assert "still-here" in result.observation["messages"][-1]["content"]
+
+
+# ------------------------------------------------------------------ 5. size limits: the signer's tail vs the host's cap
+
+# The signer keeps the last 16,000 *characters* of the grader's output; the host keeps 30,000 *bytes*
+# (output_limit_chars, a head and a tail) of the sandbox's stdout and checks the signature over what it
+# kept. 12,000 three-byte characters (36,000 bytes) fit the signer's tail but not the host's cap: the
+# host cuts the middle out, the signature no longer matches, and an honest solution scores 0 with a
+# grader error. Any graded program can do this to its own grading (no reward gained), and a smaller
+# output_limit_chars makes plain ASCII output enough.
+HONEST_AND_TALKATIVE = "import pathlib\nprint('字' * 12000)\npathlib.Path('answer.txt').write_text('42')\n"
+
+
+@requires_bwrap
+@pytest.mark.xfail(
+    strict=True,
+    reason="hred-5: the signer keeps 16,000 characters, the host 30,000 bytes: a long non-ASCII output is "
+    "cut by the host and the signature fails, so an honest solution scores 0",
+)
+def test_an_honest_solution_with_a_long_output_still_scores(claw):  # noqa: F811
+    assert honest(claw, program(HONEST_AND_TALKATIVE)) == 1.0  # observed: 0.0 (no signature)
