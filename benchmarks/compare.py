@@ -345,7 +345,7 @@ def resets(rounds: int, sizes: dict[str, tuple[int, int]], root: Path) -> dict[s
     sources = {
         label: make_workspace(root / label.replace(" ", "_"), total, files) for label, (total, files) in sizes.items()
     }
-    uid = isolation.UID_BASE + isolation.UID_COUNT - 1 if isolation.is_root() else None
+    uid = isolation.uid_pool()[-1] if isolation.is_root() else None
     contenders: dict[str, Call] = {}
     boxes: list[BubblewrapSandbox] = []
     held: dict[str, Path | None] = {}

@@ -8,7 +8,9 @@ processes left behind (workspaces, control and grader folders, cgroups, containe
 
 from __future__ import annotations
 
+import contextlib
 import os
+import resource
 import shutil
 import socket
 import warnings
@@ -26,6 +28,11 @@ from harness_gym.worlds import list_worlds
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 MIN_MEMORY_PER_WORKER_MB = 256  # below this a typical episode (python, git, a test run) does not fit
+# an environment holds its sandbox and a warm spare; measured on an idle sandbox (bwrap, its init,
+# bash, the tool server): its processes, and the descriptors its owner process keeps open for it
+SANDBOXES_PER_ENVIRONMENT = 2
+IDLE_PROCESSES_PER_SANDBOX = 5
+FDS_PER_SANDBOX = 8
 
 
 @dataclass(frozen=True)
@@ -43,7 +50,8 @@ def run_checks(workers: int = 1, docker: bool | None = None, clean: bool = False
         checks.append(_clean())
     checks += [_state_folder(), _leftovers(), _bubblewrap()]
     checks += _sandbox_and_limits()
-    checks += [_disk(workers), _memory(workers), _processes(workers), _worlds()]
+    checks += [_disk(workers), _memory(workers), _processes(workers), _uid_pool(workers), _file_descriptors(workers)]
+    checks.append(_worlds())
     if docker is not False:
         checks.append(_docker(required=bool(docker)))
     return checks
@@ -173,11 +181,80 @@ def _memory(workers: int) -> Check:
 def _processes(workers: int) -> Check:
     def run() -> Check:
         pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+        threads_max = int(Path("/proc/sys/kernel/threads-max").read_text())
+        idle = workers * SANDBOXES_PER_ENVIRONMENT * IDLE_PROCESSES_PER_SANDBOX
         need = workers * DEFAULTS.max_processes
-        status = OK if need < pid_max // 2 else WARN
-        return Check("processes", status, f"kernel.pid_max {pid_max}; {workers} sandboxes may start up to {need}")
+        limit = min(pid_max, threads_max)
+        status = FAIL if idle >= limit else OK if need < limit // 2 else WARN
+        return Check(
+            "processes",
+            status,
+            f"kernel.pid_max {pid_max}, threads-max {threads_max}; {workers} environments hold about {idle} "
+            f"processes idle (sandbox and spare) and may start up to {need}"
+            + ("; raise kernel.pid_max (sysctl -w kernel.pid_max=4194304)" if status != OK else ""),
+        )
 
     return _guard("processes", run)
+
+
+def _uid_pool(workers: int) -> Check:
+    """Each sandbox (and each warm spare) holds a uid of the pool while it lives."""
+
+    def run() -> Check:
+        pool = isolation.uid_pool()
+        need = workers * SANDBOXES_PER_ENVIRONMENT
+        where = f"uids {pool.start}-{pool.stop - 1} ({len(pool)})"
+        if not isolation.is_root():
+            return Check("uid pool", OK, f"not root: sandboxes run as the caller, the pool ({where}) is unused")
+        clashes = _id_ranges_overlapping(pool)
+        if need > len(pool):
+            return Check(
+                "uid pool",
+                FAIL,
+                f"{where}; {workers} environments need {need} (a sandbox and a spare each): set "
+                f"{isolation.UID_COUNT_VARIABLE}",
+            )
+        if clashes:
+            return Check("uid pool", WARN, f"{where} overlaps {', '.join(clashes)}: set {isolation.UID_BASE_VARIABLE}")
+        return Check("uid pool", OK, f"{where}; {workers} environments need {need}")
+
+    return _guard("uid pool", run)
+
+
+def _id_ranges_overlapping(pool: range) -> list[str]:
+    """Accounts and subordinate-id ranges of this host that fall inside the sandbox uid pool."""
+    found = []
+    for path in ("/etc/subuid", "/etc/subgid"):
+        with contextlib.suppress(OSError):
+            for line in Path(path).read_text().splitlines():
+                parts = line.split(":")
+                if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+                    first, count = int(parts[1]), int(parts[2])
+                    if first < pool.stop and pool.start < first + count:
+                        found.append(f"{path} range of {parts[0]}")
+    with contextlib.suppress(OSError):
+        for line in Path("/etc/passwd").read_text().splitlines():
+            parts = line.split(":")
+            if len(parts) > 2 and parts[2].isdigit() and int(parts[2]) in pool:
+                found.append(f"user {parts[0]}")
+    return found
+
+
+def _file_descriptors(workers: int) -> Check:
+    """The descriptors the owning process keeps per sandbox (pipes, status socket, uid lock)."""
+
+    def run() -> Check:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        need = workers * SANDBOXES_PER_ENVIRONMENT * FDS_PER_SANDBOX + 256
+        file_max = int(Path("/proc/sys/fs/file-max").read_text())
+        detail = f"RLIMIT_NOFILE {soft} (hard {hard}), fs.file-max {file_max}; {workers} environments in one process need about {need}"
+        if need > min(hard, file_max):
+            return Check("file descriptors", FAIL, detail + ": raise the hard limit (ulimit -Hn) or fs.file-max")
+        if need > soft:
+            return Check("file descriptors", WARN, detail + f": raise the soft limit (ulimit -n {hard})")
+        return Check("file descriptors", OK, detail)
+
+    return _guard("file descriptors", run)
 
 
 def _worlds() -> Check:

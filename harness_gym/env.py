@@ -485,10 +485,27 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             sandbox.start(workspace, task.mount_path, task.hidden_paths)
             if any(_is_library(t.implementation) for t in self._static_interface.tools.values()):
                 sandbox.run_tool("library.py", {"op": "snapshot", "args": {}, "root": task.mount_path})
+            elif self._uses_tool_server():
+                prime = getattr(sandbox, "prime_tool_server", None)
+                if prime is not None:
+                    prime()
         except BaseException:
             sandbox.close()
             raise
         return sandbox
+
+    def _uses_tool_server(self) -> bool:
+        """Whether episodes call the in-sandbox tool server: a tool other than a shell command, finish
+        or unavailable, or a context summary written to a file."""
+        shell_only = ("bash", "bash_ms", "finish", "unavailable")
+        for tool in self._static_interface.tools.values():
+            implementation = tool.implementation
+            if isinstance(implementation, Mapping) and "command" in implementation:
+                continue
+            if implementation not in shell_only:
+                return True
+        context = self.harness_spec["context"]
+        return context.get("strategy") == "summary" and context.get("summary_location") == "file"
 
     def _sandbox_for(self, task: Task) -> Sandbox:
         """The sandbox for this task's backend, image and world, created on first use and then reused."""

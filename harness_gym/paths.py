@@ -12,6 +12,34 @@ from pathlib import Path
 
 COMPLETE = ".complete"
 
+# (add, discard) of a host folder in the crash-recovery registry, set by
+# :mod:`harness_gym.sandboxes.isolation` (which sits above this module): every temporary folder a
+# run makes is recorded there while it exists, so a kill -9 leaves a registry entry that the next
+# start reclaims, never the folder
+_TRACKER: list[Callable[[Path], None]] = [lambda path: None, lambda path: None]
+
+
+def track_temporary_folders(add: Callable[[Path], None], discard: Callable[[Path], None]) -> None:
+    """Have :func:`temporary_folder` and :func:`forget_folder` record folders with ``add``/``discard``."""
+    _TRACKER[:] = [add, discard]
+
+
+def temporary_folder(prefix: str, parent: str | Path | None = None) -> Path:
+    """A fresh 0700 folder (``tempfile.mkdtemp``), recorded for crash recovery until :func:`forget_folder`."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    _TRACKER[0](path)
+    return path
+
+
+def record_folder(path: str | Path) -> None:
+    """Record a folder made elsewhere (an episode's tmpfs) for crash recovery, like :func:`temporary_folder`."""
+    _TRACKER[0](Path(path))
+
+
+def forget_folder(path: str | Path) -> None:
+    """``path`` is gone (removed or renamed into place): drop its crash-recovery record."""
+    _TRACKER[1](Path(path))
+
 
 def cache_dir() -> Path:
     """The cache root: ``HARNESS_GYM_CACHE``, default ``~/.cache/harness-gym`` (suites, images, worlds)."""
@@ -25,7 +53,7 @@ def build_once(folder: Path, build: Callable[[Path], None]) -> Path:
     if (folder / COMPLETE).exists():
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    staging = temporary_folder(f".{folder.name}-", folder.parent)
     try:
         build(staging)
         (staging / COMPLETE).touch()
@@ -35,4 +63,5 @@ def build_once(folder: Path, build: Callable[[Path], None]) -> Path:
             staging.rename(folder)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        forget_folder(staging)
     return folder

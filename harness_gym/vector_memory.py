@@ -16,7 +16,6 @@ import json
 import multiprocessing as mp
 import os
 import shutil
-import tempfile
 import weakref
 from collections.abc import Iterator, Sequence
 from types import ModuleType
@@ -24,12 +23,14 @@ from typing import Any
 
 from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory, write_to_shared_memory
 
+from harness_gym.paths import forget_folder, temporary_folder
 from harness_gym.spaces import MessagesSpace, ToolSchemasSpace
 
 
 def _remove_directory(directory: str, owner_pid: int) -> None:
     if os.getpid() == owner_pid:  # a forked worker inherits the finalizer; only the creator removes
         shutil.rmtree(directory, ignore_errors=True)
+        forget_folder(directory)
 
 
 class JsonSlots:
@@ -37,7 +38,8 @@ class JsonSlots:
 
     def __init__(self, n: int, ctx: ModuleType = mp) -> None:
         base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-        self.directory = tempfile.mkdtemp(prefix="harness-gym-vector-", dir=base)
+        # registered: a kill -9 of the parent leaves nothing in /dev/shm after the next start
+        self.directory = str(temporary_folder("harness-gym-vector-", base))
         self.n = n
         self.versions = ctx.Array("q", n)
         self._cache: dict[int, tuple[int, Any]] = {}

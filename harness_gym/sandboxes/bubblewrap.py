@@ -183,7 +183,8 @@ class BubblewrapSandbox(ShellSandbox):
             global _uid_cursor
             # a sandbox asks for its previous uid first: its copy-on-write layer's idmapping is cached per uid
             previous = self._previous_uid
-            self._lease = isolation.UidLease.acquire(_uid_cursor if previous is None else previous - isolation.UID_BASE)
+            start = _uid_cursor if previous is None else previous - isolation.uid_pool().start
+            self._lease = isolation.UidLease.acquire(start)
             if previous is None:
                 _uid_cursor += 1
             self._previous_uid = self._lease.uid
@@ -413,8 +414,9 @@ class BubblewrapSandbox(ShellSandbox):
             isolation.registry().discard("cgroup", group)
         self._cgroups = []
         if self._lease is not None:
+            token = self._lease.token  # (release clears the generation the token names)
             self._lease.release()  # the pid namespace and cgroups are gone: nothing of this uid runs
-            isolation.registry().discard("uid", self._lease.token)
+            isolation.registry().discard("uid", token)
             self._lease = None
         if self._control is not None:
             isolation.registry().discard("dir", self._control)
@@ -459,8 +461,9 @@ def _finalize(state: dict[str, Any]) -> None:
     lease = state.get("lease")
     if lease is not None:
         isolation.kill_uid(lease.uid)
+        token = lease.token
         lease.release()
-        isolation.registry().discard("uid", lease.token)
+        isolation.registry().discard("uid", token)
     if state.get("control") is not None:
         isolation.registry().discard("dir", state["control"])
     for key in ("control", "workspace"):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import shutil
 import socket
 import subprocess
@@ -37,7 +36,7 @@ from harness_gym.sandboxes.base import (
 )
 from harness_gym.sandboxes.docker_support import KEEPALIVE, docker_client
 from harness_gym.sandboxes.options import DEFAULTS
-from harness_gym.sandboxes.shell import CappedOutput, ShellSandbox, kill_process_group
+from harness_gym.sandboxes.shell import CappedOutput, ShellSandbox, kill_process_group, wait_for
 
 LABEL = "harness-gym"
 OWNER_LABEL = "harness-gym.owner"  # "<hostname>:<pid>"
@@ -227,7 +226,7 @@ class DockerSandbox(ShellSandbox):
             kill_process_group(server)
             raise
         assert self._channels is not None and server.stdin is not None and server.stdout is not None
-        ready, _, _ = select.select([server.stdout], [], [], 30.0)
+        ready, _ = wait_for([server.stdout.fileno()], [], 30.0)
         if not ready or server.stdout.read(1) != b"S":
             kill_process_group(server)
             return

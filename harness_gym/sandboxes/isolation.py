@@ -36,10 +36,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness_gym.paths import track_temporary_folders
 from harness_gym.sandboxes import layers
 
-UID_BASE = 231_072  # above typical system and subordinate-id ranges
-UID_COUNT = 4096
+UID_BASE_VARIABLE = "HARNESS_GYM_UID_BASE"  # the first sandbox uid
+UID_COUNT_VARIABLE = "HARNESS_GYM_UID_COUNT"  # how many sandbox uids (a live sandbox and its spare hold one each)
+DEFAULT_UID_BASE = 231_072  # above typical system and subordinate-id ranges
+DEFAULT_UID_COUNT = 32_768  # 10,000 sandboxes on one node, each with a warm spare, and room to spare
 CGROUP_PREFIX = "harness-gym-"
 STATE_DIR_VARIABLE = "HARNESS_GYM_STATE_DIR"  # override of the host-wide state folder
 CGROUP_ROOT_VARIABLE = "HARNESS_GYM_CGROUP_ROOT"  # where the cgroup filesystem is mounted
@@ -259,7 +262,8 @@ def _reclaim_once() -> None:
 def reclaim_layer_cache(**limits: Any) -> list[str]:
     """Bound the copy-on-write layer cache (:func:`.layers.reclaim_layers`), sparing every layer a
     live process's registry lists. Returns a line per layer removed."""
-    return layers.reclaim_layers(registered=live_registry_values("layer"), **limits)
+    in_use = live_registry_values("layer") + live_registry_values("dir")  # layers, and staging being filled
+    return layers.reclaim_layers(registered=in_use, **limits)
 
 
 def live_registry_values(kind: str) -> list[str]:
@@ -292,6 +296,12 @@ def reclaim_dead_owners() -> list[str]:
                 continue
             items = read_registry(entry.read_text("utf-8", "surrogateescape"))
             done += [f"{line} (owner pid {pid})" for line in reclaim(items)]
+            # uids outside this process's pool (another HARNESS_GYM_UID_BASE/COUNT, another release)
+            # stay in the log for a process that can reclaim them: dropping the log lost them for good
+            foreign = [v for v in items.get("uid", []) if v.partition(":")[0].isdigit() and not _in_pool(v)]
+            if foreign:
+                entry.write_text("".join(f"+uid {value}\n" for value in foreign), "utf-8", "surrogateescape")
+                continue
             with contextlib.suppress(FileNotFoundError):
                 entry.unlink()
         finally:
@@ -339,6 +349,28 @@ def die_with_parent() -> None:
 # ----------------------------------------------------------------------------- uid leases
 
 
+def uid_pool() -> range:
+    """The host uids sandboxes lease: ``HARNESS_GYM_UID_BASE`` and ``HARNESS_GYM_UID_COUNT``
+    (defaults 231,072 and 32,768). Every process of a host must agree on it (leases are per uid)."""
+    base = _whole_number(UID_BASE_VARIABLE, DEFAULT_UID_BASE, 1000)
+    count = _whole_number(UID_COUNT_VARIABLE, DEFAULT_UID_COUNT, 1)
+    if base + count > 0xFFFF_FFFE:  # (uid_t)-1 and beyond are not uids
+        raise ValueError(f"{UID_BASE_VARIABLE} + {UID_COUNT_VARIABLE} = {base + count} is past the last uid 4294967294")
+    return range(base, base + count)
+
+
+def _whole_number(variable: str, default: int, least: int) -> int:
+    text = os.environ.get(variable, "").strip()
+    if not text:
+        return default
+    if not text.isdigit() or int(text) < least:
+        raise ValueError(f"{variable} must be a whole number of at least {least}, got {text!r}")
+    return int(text)
+
+
+_acquire_failures: list[str] = []  # uids whose previous holder's leftovers could not be reclaimed (for doctor)
+
+
 @dataclass
 class UidLease:
     """Exclusive use of one host uid, held by an flock in the host-wide state folder for the
@@ -356,8 +388,9 @@ class UidLease:
     @classmethod
     def acquire(cls, start: int = 0) -> UidLease:
         folder = lock_dir()
-        for offset in range(UID_COUNT):
-            uid = UID_BASE + (start + offset) % UID_COUNT
+        pool = uid_pool()
+        for offset in range(len(pool)):
+            uid = pool[(start + offset) % len(pool)]
             handle = os.open(folder / f"{uid}.lock", os.O_RDWR | os.O_CREAT, 0o600)
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -365,11 +398,21 @@ class UidLease:
                 os.close(handle)
                 continue
             lease = cls(uid, handle)
-            lease.reclaim()
-            lease.generation = secrets.token_hex(8)
-            lease.record()
+            try:
+                lease.reclaim()
+                lease.generation = secrets.token_hex(8)
+                lease.record()
+            except BaseException as exc:  # never keep the lock of a lease not handed out (it leaked)
+                os.close(handle)
+                if isinstance(exc, Exception):
+                    _acquire_failures.append(f"uid {uid}: {type(exc).__name__}: {exc}")
+                    continue
+                raise
             return lease
-        raise RuntimeError(f"all {UID_COUNT} sandbox uids are in use")
+        raise RuntimeError(
+            f"all {len(pool)} sandbox uids ({pool.start}-{pool.stop - 1}) are in use; "
+            f"set {UID_COUNT_VARIABLE} (and {UID_BASE_VARIABLE}) for a larger pool"
+        )
 
     @property
     def token(self) -> str:
@@ -393,6 +436,9 @@ class UidLease:
         """Clean up what a crashed previous holder of this uid left behind; a line per thing done."""
         data = self.recorded()
         if not any(value for key, value in data.items() if key != "generation"):
+            if data.get("generation"):  # its owner died before it started anything: only the name goes
+                self.generation = ""
+                self.record()
             return []  # released cleanly
         kill_uid(self.uid)
         done = [f"killed what was left of uid {self.uid}"]
@@ -415,12 +461,18 @@ class UidLease:
             os.close(self.handle)
 
 
+def _in_pool(entry: str) -> bool:
+    """Whether a registry ``uid`` entry names a uid of this process's pool."""
+    number = entry.partition(":")[0]
+    return number.isdigit() and int(number) in uid_pool()
+
+
 def reclaim_uid(entry: str) -> list[str]:
     """Reclaim one ``uid`` registry entry of a dead owner (``uid:generation``; a bare ``uid`` from an
     older release), keyed to the lease generation: nothing is killed unless the uid's lock is free
     and its file still names that generation with resources unreleased. Returns what was done."""
     number, _, generation = entry.partition(":")
-    if not number.isdigit() or not UID_BASE <= int(number) < UID_BASE + UID_COUNT:
+    if not _in_pool(entry):
         return [f"skipped a uid entry this release cannot read or that is outside its pool: {entry!r}"]
     uid = int(number)
     try:
@@ -757,21 +809,30 @@ def new_workspace(size_mb: int | None, root: str | Path | None = None) -> tuple[
     return path, False
 
 
-def private_folder(prefix: str) -> Path:
-    """A 0700 temporary folder owned (registered) by this process: control and grader folders."""
-    path = Path(tempfile.mkdtemp(prefix=prefix, dir=shared_temp_dir()))
+def private_folder(prefix: str, parent: str | Path | None = None) -> Path:
+    """A 0700 temporary folder owned (registered) by this process: control and grader folders,
+    grading payloads, layer staging. Every host folder a run makes goes through here (or
+    :func:`registered_folder`), so a ``kill -9`` leaves a registry entry, never the folder."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent or shared_temp_dir()))
     registry().add("dir", path)
     return path
 
 
 @contextlib.contextmanager
-def grader_folder() -> Iterator[str]:
-    """A private folder for grader files, registered so that a crash mid-grading leaves nothing."""
-    path = private_folder("harness-gym-grader-")
+def registered_folder(prefix: str, parent: str | Path | None = None) -> Iterator[Path]:
+    """A :func:`private_folder` for the duration of a block, removed (and unregistered) after it."""
+    path = private_folder(prefix, parent)
     try:
-        yield str(path)
+        yield path
     finally:
         release_workspace(path)
+
+
+@contextlib.contextmanager
+def grader_folder() -> Iterator[str]:
+    """A private folder for grader files, registered so that a crash mid-grading leaves nothing."""
+    with registered_folder("harness-gym-grader-") as path:
+        yield str(path)
 
 
 def release_workspace(path: Path) -> None:
@@ -785,6 +846,9 @@ def release_workspace(path: Path) -> None:
             remove_tree(path)
     if _registry is not None and _registry.pid == os.getpid():
         _registry.discard("dir", path)
+
+
+track_temporary_folders(lambda path: registry().add("dir", path), lambda path: registry().discard("dir", path))
 
 
 def chown_tree(path: Path, uid: int, gid: int) -> None:

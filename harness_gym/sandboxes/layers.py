@@ -42,6 +42,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness_gym.paths import forget_folder, record_folder, temporary_folder
+
 LAYER_PREFIX = "harness-gym-layer-"
 MERGED = "merged"
 META_SUFFIX = ".meta.json"
@@ -127,21 +129,26 @@ def shared_layer(sources: Sequence[Path], fill: Callable[[Path], None]) -> Path:
         _LAYERS[key] = target
         _record_use(target, key)
         return target
-    staging = Path(tempfile.mkdtemp(prefix=f"{LAYER_PREFIX}staging-"))
+    staging = temporary_folder(f"{LAYER_PREFIX}staging-")  # registered: no other process's reclaim removes it
     try:
         fill(staging)
         os.chmod(staging, 0o755)
-        size = _tree_bytes(staging)
+        # the sidecar first: a layer without one reads as an older version's, idle since its files'
+        # (copied) modification time, which another process's reclaim removed between the rename and
+        # the sidecar (async vector environments: open_tree ENOENT)
+        _record_use(target, key, _tree_bytes(staging))
         staging.rename(target)
     except OSError:
         if not target.is_dir():
+            with contextlib.suppress(OSError):
+                _meta_path(target).unlink()
             raise
-        size = None
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+        forget_folder(staging)
     _LAYERS[key] = target
-    _record_use(target, key, size)
+    _record_use(target, key)
     return target
 
 
@@ -235,6 +242,8 @@ def reclaim_layers(
     in_use = layers_in_use(registered)
     done: list[str] = []
     for entry in folder.glob(f"{LAYER_PREFIX}*"):  # half-made layers of killed processes
+        if entry.name in in_use:  # a live process is filling it (its mtime may be its sources')
+            continue
         with contextlib.suppress(OSError):
             if entry.name[len(LAYER_PREFIX) :].startswith(_TRANSIENT) and now - entry.stat().st_mtime > 3600:
                 shutil.rmtree(entry, ignore_errors=True)
@@ -437,16 +446,19 @@ def available() -> bool:
         with open("/proc/filesystems") as handle:
             if "overlay" not in handle.read():
                 return False
-        source = Path(tempfile.mkdtemp(prefix=f"{LAYER_PREFIX}probe-"))
-        (source / "probe").write_text("x")
+        source = temporary_folder(f"{LAYER_PREFIX}probe-")
         try:
+            (source / "probe").write_text("x")
             workspace = prepare(1)
+            record_folder(workspace)
             try:
                 mount(workspace, source, 65_534)
                 return (workspace / "probe").stat().st_uid == 65_534
             finally:
                 release(workspace)
+                forget_folder(workspace)
         finally:
             shutil.rmtree(source, ignore_errors=True)
+            forget_folder(source)
     except OSError:
         return False

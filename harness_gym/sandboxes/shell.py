@@ -61,6 +61,7 @@ from typing import Any, ClassVar, TypeVar
 
 from harness_gym.budget import COMMAND_TIMEOUT_S, OUTPUT_LIMIT_CHARS
 from harness_gym.sandboxes.base import TOOLS_DIR, CommandResult, SandboxBackend, SandboxError
+from harness_gym.sandboxes.launcher import launch
 
 _S = TypeVar("_S", bound="ShellSandbox")
 _CREDENTIALS = struct.calcsize("3i")
@@ -207,16 +208,20 @@ class ShellSandbox(SandboxBackend):
         status mode stdin is the command pipe and stderr the status pipe."""
         socket_mode = self.status_channel == "socket"
         with self._shell_command(shell_argv) as (argv, extra_fds):
-            return subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL if socket_mode else subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT if socket_mode else subprocess.PIPE,
-                start_new_session=True,
-                env=self._shell_env(),
-                cwd=self._shell_cwd(),
-                pass_fds=(*pass_fds, *extra_fds),
-                bufsize=0,
+            env, cwd = self._shell_env(), self._shell_cwd()
+            # on the launcher thread: a sandbox must not die with the thread that reset it
+            return launch(
+                lambda: subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL if socket_mode else subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT if socket_mode else subprocess.PIPE,
+                    start_new_session=True,
+                    env=env,
+                    cwd=cwd,
+                    pass_fds=(*pass_fds, *extra_fds),
+                    bufsize=0,
+                )
             )
 
     def _kill_all(self) -> None:
@@ -593,7 +598,7 @@ class ShellSandbox(SandboxBackend):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
-            ready, _, _ = select.select([fd], [], [], remaining)
+            ready, _ = wait_for([fd], [], remaining)
             if not ready:
                 continue
             try:
@@ -647,6 +652,20 @@ class ShellSandbox(SandboxBackend):
             ended = "eof"
         return self._restart_after(partial, timed_out=ended == "timeout", timeout=timeout, what="tool server")
 
+    def prime_tool_server(self) -> None:
+        """Start the in-sandbox tool server now, in the background: its launcher gets the start byte
+        and execs Python while the episode starts (a spare: off every clock), not at the first
+        non-shell tool call or context fold (90-280 ms of interpreter start). Nothing when the server
+        is started already or is a process of its own (Docker)."""
+        channels = self._channels
+        if channels is None or channels.requests is None or channels.server_started:
+            return
+        try:
+            os.write(channels.requests, b"G")
+        except OSError:  # the shell is gone: the next request restarts the sandbox's processes
+            return
+        channels.server_started = True
+
     def _exchange(self, channels: _Channels, frame: bytes, timeout: float) -> tuple[dict[str, Any] | None, str]:
         assert channels.requests is not None and channels.replies is not None
         deadline = time.monotonic() + timeout
@@ -659,9 +678,7 @@ class ShellSandbox(SandboxBackend):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None, "timeout"
-            ready_read, ready_write, _ = select.select(
-                [channels.replies], [channels.requests] if view else [], [], remaining
-            )
+            ready_read, ready_write = wait_for([channels.replies], [channels.requests] if view else [], remaining)
             if ready_write and view:
                 try:
                     view = view[os.write(channels.requests, view) :]
@@ -784,10 +801,27 @@ def _wait_for_exit(proc: subprocess.Popen[bytes], timeout: float) -> None:
             proc.wait(timeout=timeout)
         return
     try:
-        select.select([handle], [], [], timeout)
+        wait_for([handle], [], timeout)
     finally:
         os.close(handle)
     proc.poll()
+
+
+def wait_for(readable: Sequence[int], writable: Sequence[int], timeout: float) -> tuple[list[int], list[int]]:
+    """The descriptors of ``readable`` and ``writable`` that are ready within ``timeout`` seconds:
+    poll(2), not select(2), which refuses any descriptor above 1023 (a process holding a few hundred
+    sandboxes has thousands open). A hung-up or failed descriptor counts as ready (its read or
+    write then tells what happened)."""
+    poller = select.poll()
+    for fd in readable:
+        poller.register(fd, select.POLLIN)
+    for fd in writable:
+        poller.register(fd, select.POLLOUT | (select.POLLIN if fd in readable else 0))
+    done = poller.poll(math.ceil(min(max(timeout, 0.0), _LONGEST_WAIT_S) * 1000))
+    hung = select.POLLHUP | select.POLLERR | select.POLLNVAL
+    read = [fd for fd, events in done if fd in readable and events & (select.POLLIN | hung)]
+    write = [fd for fd, events in done if fd in writable and events & (select.POLLOUT | hung)]
+    return read, write
 
 
 def _children(pid: int) -> list[int]:
@@ -811,15 +845,17 @@ def run_oneshot(
     grader logs can pass for its verdict, is in ``extra["stderr"]``. ``pass_fds`` are handed to it
     (a sandbox's seccomp program, say); ``cwd``: its working folder (default: ours)."""
     started = time.perf_counter()
-    proc = subprocess.Popen(
-        list(argv),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        env=dict(env) if env is not None else None,
-        pass_fds=tuple(pass_fds),
-        cwd=cwd,
+    proc = launch(
+        lambda: subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            env=dict(env) if env is not None else None,
+            pass_fds=tuple(pass_fds),
+            cwd=cwd,
+        )
     )
     # Read both streams as they come, keeping only a head and a tail of each (``communicate`` kept
     # everything: a graded program writing to the grader's stdout for the whole grading time could

@@ -9,9 +9,11 @@ finished episode's sandbox is closed in the background too.
 
 Bounded and reclaimed like any sandbox: one spare per environment, closed by ``close()``; its
 workspace, uid and cgroups are in the process's registry (:mod:`.isolation`), so a killed process's
-spare is reclaimed at the next start. Spares are started on one long-lived worker thread: a
-sandbox launcher dies with the *thread* that started it (``PR_SET_PDEATHSIG``), so a short-lived
-thread would take its spare with it. ``HARNESS_GYM_WARM_SPARE=0`` turns spares off.
+spare is reclaimed at the next start. Spares are made by a pool of as many worker threads as there
+are cores (``HARNESS_GYM_SPARE_LIMIT`` sets another number): 64 environments resetting at once no
+longer queue behind one thread. The sandbox processes themselves are started by the process's
+launcher thread (:mod:`.launcher`), so a spare outlives the worker that made it.
+``HARNESS_GYM_WARM_SPARE=0`` turns spares off.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Generic, Protocol, TypeVar
 
 VARIABLE = "HARNESS_GYM_WARM_SPARE"
+LIMIT_VARIABLE = "HARNESS_GYM_SPARE_LIMIT"  # how many spares are made at once (default: the cores)
 
 
 class Closable(Protocol):
@@ -36,13 +39,28 @@ _starter: ThreadPoolExecutor | None = None
 _starter_lock = threading.Lock()
 
 
+def worker_limit() -> int:
+    """How many spares are made at once: ``HARNESS_GYM_SPARE_LIMIT``, else the cores this process
+    may run on."""
+    text = os.environ.get(LIMIT_VARIABLE, "").strip()
+    if not text:
+        return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{LIMIT_VARIABLE} must be a whole number of worker threads, got {text!r}") from None
+    if value < 1:
+        raise ValueError(f"{LIMIT_VARIABLE} must be at least 1, got {text!r}")
+    return value
+
+
 def _start_in_background(make: Callable[[], S]) -> Future[S]:
-    """Run ``make`` on the process's one long-lived spare thread (made at first use; a forked child
-    makes its own)."""
+    """Run ``make`` on the process's spare pool (made at first use with :func:`worker_limit`
+    workers; a forked child makes its own)."""
     global _starter
     with _starter_lock:
         if _starter is None or getattr(_starter, "_owner_pid", None) != os.getpid():
-            _starter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harness-gym-spare")
+            _starter = ThreadPoolExecutor(max_workers=worker_limit(), thread_name_prefix="harness-gym-spare")
             _starter._owner_pid = os.getpid()  # type: ignore[attr-defined]
         return _starter.submit(make)
 

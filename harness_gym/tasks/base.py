@@ -26,6 +26,7 @@ from typing import Any
 
 from harness_gym.errors import TaskError
 from harness_gym.paths import cache_dir
+from harness_gym.sandboxes import isolation
 from harness_gym.sandboxes.base import GRADER_DIR, Sandbox, SandboxError, check_mount_path
 from harness_gym.sandboxes.docker_support import extract_image_path
 from harness_gym.tasks.graders.runner_config import copy_originals
@@ -115,7 +116,7 @@ class Task:
         """Stop the agent and grade the workspace in a fresh sandbox."""
         mount = self.grader_mount.replace("{workspace}", self.mount_path)
         env = dict(self.grader_env)
-        with tempfile.TemporaryDirectory(prefix="harness-gym-payload-") as extra:
+        with isolation.registered_folder("harness-gym-payload-") as extra:  # a kill -9 leaves no key
             files = list(self.grader_files)
             restore = self.metadata.get("restore_files") or ()
             original = self.original_workspace() if restore or self.metadata.get("restore_runner_config") else None

@@ -1,0 +1,498 @@
+"""The recording model proxy: one host-side HTTP/1.1 server, many rollouts, four wire APIs.
+
+Each rollout gets a :class:`RolloutChannel` whose secret is the API key its CLI sends
+(``x-api-key``, ``Authorization: Bearer``, ``x-goog-api-key`` or ``?key=``); an unknown secret gets
+401. A request is translated to a canonical :class:`PolicyRequest`, answered by the rollout's policy
+and rendered back in the CLI's dialect, streamed (SSE, chunked) or not; the request and the response
+are recorded verbatim. The server listens on a unix socket (mode 0o666: the sandbox runs as another
+uid) that an in-sandbox forwarder bind-mounts; the sandbox itself keeps no network. ``port=`` serves
+loopback TCP instead (tests, benchmarks, CLIs run outside a sandbox).
+
+Standard library only (``http.server``): the measured overhead is well under 1 ms a request
+(``benchmarks/proxy_overhead.py``), and no framework is needed for five routes.
+"""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+import json
+import os
+import socket
+import socketserver
+import stat
+import threading
+import time
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from types import ModuleType, TracebackType
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from harness_gym.external.policies import Policy
+from harness_gym.external.proxy import anthropic, chat_completions, gemini, openai_responses
+from harness_gym.external.proxy.recording import ProxyRecord, RolloutChannel
+from harness_gym.external.proxy.wire import DialectError
+
+MAX_BODY = 64 * 1024 * 1024
+MAX_CONNECTIONS = 256
+_SECRET_HEADERS = ("x-api-key", "authorization", "x-goog-api-key")
+
+
+class ProxyError(Exception):
+    """An HTTP error answer: status and message, rendered in the request's dialect."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _decode_body(raw: bytes, encoding: str) -> bytes:
+    """Undo ``Content-Encoding`` (Codex compresses its requests with zstd)."""
+    encoding = encoding.strip().lower()
+    if encoding in ("", "identity"):
+        return raw
+    try:
+        if encoding == "gzip":
+            return gzip.decompress(raw)
+        if encoding == "deflate":
+            return zlib.decompress(raw)
+        if encoding == "zstd":
+            try:
+                import zstandard
+            except ImportError as exc:
+                raise ProxyError(415, "zstd request bodies need `pip install harness-gym[external]`") from exc
+            with zstandard.ZstdDecompressor().stream_reader(raw) as reader:
+                data = reader.read(MAX_BODY + 1)
+            if len(data) > MAX_BODY:
+                raise ProxyError(413, f"request body over {MAX_BODY} bytes once decompressed")
+            return data
+    except ProxyError:
+        raise
+    except Exception as exc:  # a corrupt body is the client's error, never a crash
+        raise ProxyError(400, f"cannot decode a {encoding} body: {exc}") from exc
+    raise ProxyError(415, f"unsupported Content-Encoding {encoding!r}")
+
+
+def _route(method: str, path: str) -> tuple[str, str, str | None]:
+    """(dialect, action, model) of a request path; ProxyError 404/405 where none fits."""
+    if path.startswith("/v1beta/") or path.startswith("/v1alpha/") or ":" in path:
+        rest = path.split("/", 2)[2] if path.count("/") >= 2 else ""
+        if rest in ("models", "models/"):
+            return "gemini", "models", None
+        if rest.startswith("models/"):
+            name, _, verb = rest[len("models/") :].partition(":")
+            if not verb:
+                return "gemini", "model", unquote(name)
+            if verb in ("generateContent", "streamGenerateContent", "countTokens") and method == "POST":
+                return "gemini", verb, unquote(name)
+        raise ProxyError(404, f"no route {method} {path}")
+    short = path[3:] if path.startswith("/v1/") else path
+    if short in ("/models", "/models/") or short.startswith("/models/"):
+        if method != "GET":
+            raise ProxyError(405, f"{path} takes GET")
+        return "models", "models", None
+    routes = {
+        "/messages": ("anthropic", "generate"),
+        "/messages/count_tokens": ("anthropic", "count_tokens"),
+        "/chat/completions": ("chat", "generate"),
+        "/responses": ("responses", "generate"),
+    }
+    if short not in routes:
+        raise ProxyError(404, f"no route {method} {path}")
+    if method != "POST":
+        raise ProxyError(
+            405, f"{path} takes POST" + (" (no WebSocket transport here)" if short == "/responses" else "")
+        )
+    dialect, action = routes[short]
+    return dialect, action, None
+
+
+class ModelProxy:
+    """``with ModelProxy(socket_path) as proxy: channel = proxy.open_rollout(policy)``."""
+
+    DIALECTS: Mapping[str, ModuleType] = {
+        "anthropic": anthropic,
+        "chat": chat_completions,
+        "responses": openai_responses,
+        "gemini": gemini,
+    }
+
+    def __init__(
+        self, socket_path: Path | str | None = None, *, host: str = "127.0.0.1", port: int | None = None
+    ) -> None:
+        if (socket_path is None) == (port is None):
+            raise ValueError("give a socket_path or a port, not both")
+        self.socket_path = Path(socket_path) if socket_path is not None else None
+        self.host = host
+        self.port = port
+        self.channels: dict[str, RolloutChannel] = {}
+        self.unauthorized = 0
+        self._lock = threading.Lock()
+        self._server: socketserver.BaseServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # lifecycle ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        handler = _handler(self)
+        if self.socket_path is not None:
+            path = self.socket_path
+            if len(os.fsencode(path)) > 107:
+                raise ValueError(f"unix socket path longer than 107 bytes: {path}")
+            if not path.parent.exists():
+                path.parent.mkdir(parents=True, mode=0o711)
+                os.chmod(path.parent, 0o711)  # the sandbox's uid may traverse, not list
+            if path.is_symlink() or (path.exists() and not stat.S_ISSOCK(path.lstat().st_mode)):
+                raise ValueError(f"{path} exists and is not a socket")
+            if path.exists():
+                path.unlink()  # a stale socket from a dead proxy
+            server: socketserver.BaseServer = _UnixServer(str(path), handler)
+            os.chmod(path, 0o666)
+        else:
+            server = _TCPServer((self.host, self.port or 0), handler)
+            self.port = int(server.server_address[1])
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, name="model-proxy", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self.socket_path is not None and self.socket_path.exists():
+            self.socket_path.unlink()
+
+    def __enter__(self) -> ModelProxy:
+        self.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    @property
+    def url(self) -> str:
+        """The TCP base URL (``port=`` proxies only)."""
+        if self.port is None:
+            raise ValueError("a unix-socket proxy has no URL; the in-sandbox forwarder gives one")
+        return f"http://{self.host}:{self.port}"
+
+    # rollouts ----------------------------------------------------------------------------------
+    def open_rollout(
+        self,
+        policy: Policy,
+        *,
+        max_requests: int | None = None,
+        max_tokens: int | None = None,
+        models: Sequence[str] = (),
+    ) -> RolloutChannel:
+        """A channel with a fresh secret; ``models`` are what the model-list routes answer."""
+        channel = RolloutChannel(
+            policy, max_requests=max_requests, max_tokens=max_tokens, models=tuple(models), on_close=self._forget
+        )
+        with self._lock:
+            self.channels[channel.secret] = channel
+        return channel
+
+    def _forget(self, channel: RolloutChannel) -> None:
+        with self._lock:
+            self.channels.pop(channel.secret, None)
+
+    def channel_for(self, headers: Mapping[str, str], query: Mapping[str, str]) -> RolloutChannel | None:
+        candidates = [headers.get("x-api-key"), headers.get("x-goog-api-key"), query.get("key")]
+        auth = headers.get("authorization") or ""
+        if auth.lower().startswith("bearer "):
+            candidates.append(auth[7:].strip())
+        with self._lock:
+            for secret in candidates:
+                if secret and secret in self.channels:
+                    return self.channels[secret]
+        return None
+
+
+class _Limited:
+    """Bounds concurrent connections: a flood past the bound is answered 503 at once."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that hangs up mid-answer is its own failure; the proxy serves on
+
+    def __init__(self) -> None:
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            try:
+                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            finally:
+                self.shutdown_request(request)  # type: ignore[attr-defined]
+            return
+        super().process_request(request, client_address)  # type: ignore[misc]
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)  # type: ignore[misc]
+        finally:
+            self.slots.release()
+
+
+class _UnixServer(_Limited, socketserver.ThreadingUnixStreamServer):
+    daemon_threads = True
+    request_queue_size = MAX_CONNECTIONS  # a burst of connects queues instead of failing with EAGAIN
+
+    def __init__(self, path: str, handler: type[BaseHTTPRequestHandler]) -> None:
+        _Limited.__init__(self)
+        socketserver.ThreadingUnixStreamServer.__init__(self, path, handler)
+
+
+class _TCPServer(_Limited, socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = MAX_CONNECTIONS
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        _Limited.__init__(self)
+        socketserver.ThreadingTCPServer.__init__(self, address, handler)
+
+
+def _handler(proxy: ModelProxy) -> type[BaseHTTPRequestHandler]:
+    class Handler(_ProxyHandler):
+        pass
+
+    Handler.proxy = proxy
+    return Handler
+
+
+class _ProxyHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "harness-gym-proxy"
+    timeout = 300  # an idle keep-alive connection is closed after this
+    proxy: ModelProxy
+    _outgoing: tuple[int, list[tuple[str, str]], bytes, bool]
+    _consumed: bool
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # records are the log; the unix socket has no client address to print
+
+    def address_string(self) -> str:
+        return "unix" if not self.client_address else str(self.client_address[0])
+
+    def do_GET(self) -> None:
+        self._serve("GET")
+
+    def do_POST(self) -> None:
+        self._serve("POST")
+
+    def do_PUT(self) -> None:
+        self._serve("PUT")
+
+    def do_DELETE(self) -> None:
+        self._serve("DELETE")
+
+    # -------------------------------------------------------------------------------------------
+    def _serve(self, method: str) -> None:
+        started = time.time()
+        split = urlsplit(self.path)
+        query = dict(parse_qsl(split.query))
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        dialect = "chat"
+        self._consumed = False  # until the body is read, its bytes are still in the connection
+        channel: RolloutChannel | None = None
+        record = ProxyRecord(dialect, split.path, None, "", 0, started=started, headers=_redacted(headers))
+        try:
+            if headers.get("upgrade", "").lower() == "websocket":
+                raise ProxyError(426, "WebSocket transport is not served here: use HTTP POST with SSE")
+            dialect, action, model = _route(method, split.path)
+            record.dialect = dialect if action not in ("models", "model") else "models"
+            channel = self.proxy.channel_for(headers, query)
+            if channel is None:
+                with self.proxy._lock:
+                    self.proxy.unauthorized += 1
+                raise ProxyError(401, "unknown API key: this proxy serves only the rollouts it opened")
+            body = self._read_body(headers) if method == "POST" else None
+            record.request = body
+            refused = channel.admit()
+            if refused:
+                raise ProxyError(429, f"harness-gym budget exceeded: {refused}")
+            self._answer(channel, record, dialect, action, model, body, query)
+        except ProxyError as exc:
+            record.status = exc.status
+            record.error = exc.message
+            payload = self._module(dialect).error(exc.status, exc.message)
+            unusable = not self._consumed and not self._drain(headers)
+            close = unusable or exc.status in (400, 413, 415, 426)
+            record.response = self._send_json(exc.status, payload, close=close)
+        except DialectError as exc:
+            record.status, record.error = 400, str(exc)
+            record.response = self._send_json(400, self._module(dialect).error(400, str(exc)))
+        record.ended = time.time()
+        if channel is not None:
+            channel.add(record)  # complete before the client can read the answer
+        try:
+            self._write_answer()
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            record.error = f"client disconnected: {exc}"
+            self.close_connection = True
+
+    def _module(self, dialect: str) -> ModuleType:
+        return ModelProxy.DIALECTS.get(dialect, chat_completions)
+
+    def _drain(self, headers: Mapping[str, str]) -> bool:
+        """Read and drop the body of a refused request (so the connection stays usable and the client
+        can finish sending); False when it cannot be (chunked, too long, bad length)."""
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            return False
+        try:
+            length = int(headers.get("content-length", "0"))
+        except ValueError:
+            return False
+        if not 0 <= length <= MAX_BODY:
+            return False
+        self.rfile.read(length)
+        return True
+
+    def _read_body(self, headers: Mapping[str, str]) -> dict[str, Any]:
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            raw = self._read_chunked()
+        else:
+            try:
+                length = int(headers.get("content-length", "0"))
+            except ValueError as exc:
+                raise ProxyError(400, "bad Content-Length") from exc
+            if length < 0 or length > MAX_BODY:
+                raise ProxyError(413, f"request body over {MAX_BODY} bytes")
+            raw = self.rfile.read(length)
+        self._consumed = True
+        raw = _decode_body(raw, headers.get("content-encoding", ""))
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ProxyError(400, f"the request body is not JSON: {exc}") from exc
+        if not isinstance(body, dict):
+            raise ProxyError(400, "the request body must be a JSON object")
+        return body
+
+    def _read_chunked(self) -> bytes:
+        parts: list[bytes] = []
+        total = 0
+        while True:
+            line = self.rfile.readline(1024)
+            try:
+                size = int(line.split(b";")[0].strip() or b"x", 16)
+            except ValueError as exc:
+                raise ProxyError(400, "bad chunked request body") from exc
+            if size == 0:
+                while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
+                    pass
+                return b"".join(parts)
+            total += size
+            if total > MAX_BODY:
+                raise ProxyError(413, f"request body over {MAX_BODY} bytes")
+            parts.append(self.rfile.read(size))
+            self.rfile.readline(8)
+
+    def _answer(
+        self,
+        channel: RolloutChannel,
+        record: ProxyRecord,
+        dialect: str,
+        action: str,
+        model: str | None,
+        body: dict[str, Any] | None,
+        query: Mapping[str, str],
+    ) -> None:
+        if action in ("models", "model"):
+            payload = gemini.models(channel.models, model) if dialect == "gemini" else _models(channel.models)
+            record.status, record.response = 200, self._send_json(200, payload)
+            return
+        assert body is not None
+        module = ModelProxy.DIALECTS[dialect]
+        if action in ("count_tokens", "countTokens"):
+            record.status, record.response = 200, self._send_json(200, module.count_tokens(body))
+            return
+        request = channel.tag(module.parse(body, model))
+        record.policy_request, record.side = request, request.side
+        try:
+            with channel.policy_lock:
+                reply = channel.policy.complete(request)
+        except Exception as exc:  # the policy failed: a recorded 500, the rollout is an error
+            raise ProxyError(500, f"the policy failed: {type(exc).__name__}: {exc}") from exc
+        record.policy_reply = reply
+        channel.spent(reply)
+        name = model or str(body.get("model") or request.model)
+        if dialect == "gemini" and action == "streamGenerateContent" and query.get("alt") != "sse":
+            record.status, record.response = 200, self._send_json(200, [module.render(reply, body, name)])
+        elif module.wants_stream(body, query) or action == "streamGenerateContent":
+            record.status, record.response = 200, self._send_stream(module.render_stream(reply, body, name))
+        else:
+            record.status, record.response = 200, self._send_json(200, module.render(reply, body, name))
+
+    def _send_json(self, status: int, payload: Any, close: bool = False) -> str:
+        """Prepare a JSON answer (written once the record is complete, see ``_serve``)."""
+        text = json.dumps(payload, ensure_ascii=False)
+        data = text.encode()
+        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(data)))]
+        if close:
+            headers.append(("Connection", "close"))
+        self._outgoing = (status, headers, data, close)
+        return text
+
+    def _send_stream(self, events: Iterable[bytes]) -> str:
+        """Prepare an SSE answer, one HTTP chunk per event: the reply is complete before the first
+        byte goes out, so one write sends it all."""
+        sent = list(events)
+        framed = b"".join(b"%x\r\n%s\r\n" % (len(event), event) for event in sent) + b"0\r\n\r\n"
+        headers = [
+            ("Content-Type", "text/event-stream"),
+            ("Cache-Control", "no-cache"),
+            ("Transfer-Encoding", "chunked"),
+        ]
+        self._outgoing = (200, headers, framed, False)
+        return b"".join(sent).decode()
+
+    def _write_answer(self) -> None:
+        status, headers, data, close = self._outgoing
+        self.send_response(status)
+        for key, value in headers:
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+        if close:
+            self.close_connection = True
+
+
+def _redacted(headers: Mapping[str, str]) -> dict[str, str]:
+    return {k: ("<redacted>" if k in _SECRET_HEADERS else v) for k, v in headers.items()}
+
+
+def _models(models: Sequence[str]) -> dict[str, Any]:
+    """One list both OpenAI (``object``, ``owned_by``) and Anthropic (``type``, ``display_name``) clients read."""
+    names = list(models) or ["harness-gym"]
+    data = [
+        {
+            "id": m,
+            "object": "model",
+            "type": "model",
+            "created": 0,
+            "created_at": "1970-01-01T00:00:00Z",
+            "display_name": m,
+            "owned_by": "harness-gym",
+        }
+        for m in names
+    ]
+    return {"object": "list", "data": data, "has_more": False, "first_id": names[0], "last_id": names[-1]}
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """``http.client`` over a unix socket: tests and host-side tools talking to a socket proxy."""
+
+    def __init__(self, socket_path: Path | str, timeout: float = 60.0) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = str(socket_path)
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.socket_path)
