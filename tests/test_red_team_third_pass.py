@@ -113,11 +113,6 @@ except (OSError, ValueError, IndexError):
 
 
 @requires_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="hred-2: the grader folder is bound read-write and owned by the sandbox uid: the graded program "
-    "rewrites the rest of reward.sh (bash reads it as it runs) to 'echo 1.0'",
-)
 def test_the_graded_program_cannot_rewrite_the_grader(claw):  # noqa: F811
     cell = play(claw, Exploit("rewrite-grader", "rewrite reward.sh mid-run", ({"bash": program(REWRITE_GRADER)},)))
     assert cell.reward == 0.0, cell  # observed: 1.0, no grader error
@@ -150,11 +145,6 @@ def clawgym_checker_task(root):
 
 
 @requires_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="hred-2: the grader folder is writable by the graded program: it rewrites reward/check.py, "
-    "which reward.sh runs after it",
-)
 def test_the_graded_program_cannot_rewrite_a_check_run_after_it(tmp_path):
     task = clawgym_checker_task(tmp_path / "claw")
     assert honest(task, "true") == 0.0
@@ -189,7 +179,6 @@ def test_a_line_planted_ahead_earns_nothing_on_docker(tmp_path, docker_engine, m
     assert set(rewards.values()) == {0.0}, rewards
 
 
-@pytest.mark.xfail(strict=True, reason="hred-2 on Docker: the grader folder is mounted writable there too")
 def test_rewriting_a_check_earns_nothing_on_docker(tmp_path, docker_engine, monkeypatch):
     rewards = docker_rewards("rewrite-check", tmp_path, docker_engine, monkeypatch)
     assert set(rewards.values()) == {0.0}, rewards  # observed: 1.0
@@ -232,11 +221,6 @@ def test_patching_the_report_plugin_earns_nothing_on_a_swe_task(swe_task):  # no
 
 
 @requires_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="hred-4: a WebSocket message nested too deeply (JSON) raises RecursionError, which the new "
-    "malformed-message filter does not catch (ValueError only): the session and its episode end",
-)
 def test_a_deeply_nested_message_gets_an_error_and_the_session_stays():
     import asyncio
     import json
@@ -280,10 +264,5 @@ HONEST_AND_TALKATIVE = "import pathlib\nprint('字' * 12000)\npathlib.Path('answ
 
 
 @requires_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="hred-5: the signer keeps 16,000 characters, the host 30,000 bytes: a long non-ASCII output is "
-    "cut by the host and the signature fails, so an honest solution scores 0",
-)
 def test_an_honest_solution_with_a_long_output_still_scores(claw):  # noqa: F811
     assert honest(claw, program(HONEST_AND_TALKATIVE)) == 1.0  # observed: 0.0 (no signature)
