@@ -204,11 +204,6 @@ PY
 
 
 @requires_bwrap
-@pytest.mark.xfail(
-    strict=True,
-    reason="hred-3: the SWE/R2E report plugin guards pytest's functions, not its own: the code under test "
-    "replaces pytest_report._status and _tampered, every test reports PASSED, the runner signs 1.0",
-)
 def test_patching_the_report_plugin_earns_nothing_on_a_swe_task(swe_task):  # noqa: F811
     assert honest(swe_task, "true") == 0.0
     cell = play(
