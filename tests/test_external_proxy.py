@@ -137,10 +137,25 @@ def test_socket_is_reachable_by_another_uid_and_closing_removes_it(tmp_path: Pat
     assert not path.exists()
 
 
-def test_a_regular_file_at_the_socket_path_is_refused(tmp_path: Path) -> None:
+def test_a_regular_file_or_a_live_proxy_at_the_socket_path_is_refused(tmp_path: Path) -> None:
     (tmp_path / "model.sock").write_text("not a socket")
     with pytest.raises(ValueError, match="not a socket"):
         ModelProxy(tmp_path / "model.sock").start()
+    live = tmp_path / "live.sock"
+    with ModelProxy(live) as first:
+        channel = first.open_rollout(DoNothingPolicy())
+        with pytest.raises(ValueError, match="running proxy"):
+            ModelProxy(live).start()
+        body = {"messages": [{"role": "user", "content": "hi"}]}
+        assert post(first, "/v1/chat/completions", body, channel.secret)[0] == 200
+    # a stale socket left by a dead proxy is replaced
+    import socket as sockets
+
+    stale = sockets.socket(sockets.AF_UNIX)
+    stale.bind(str(live))
+    stale.close()
+    with ModelProxy(live) as second:
+        assert post(second, "/v1/models", None, second.open_rollout(DoNothingPolicy()).secret)[0] == 200
 
 
 @pytest.mark.parametrize("cli, tool, argument", CLIS)
@@ -246,6 +261,8 @@ def test_codex_non_function_tools_are_dropped_and_custom_tools_round_trip(proxy:
     status, _, _ = post(proxy, "/v1/responses", body, channel.secret)
     request = channel.records[-1].policy_request
     assert status == 200 and request is not None
+    status, text, _ = post(proxy, "/v1/responses", {**body, "previous_response_id": "resp_1"}, channel.secret)
+    assert status == 400 and "previous_response_id" in text
     assert request.messages[-2]["tool_calls"][0]["function"]["arguments"] == json.dumps({"input": patch})
     assert request.messages[-1] == {"role": "tool", "tool_call_id": "c1", "content": "Success"}
 

@@ -52,6 +52,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "harness_gym.records",
             "harness_gym.chat",
             "harness_gym.rollout_requests",
+            "harness_gym.external",
             "harness_gym",  # the package itself: registers the environments
         ),
     ),

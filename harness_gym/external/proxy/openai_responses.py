@@ -106,6 +106,8 @@ def _tools(body: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def parse(body: Mapping[str, Any], model: str | None = None) -> PolicyRequest:
+    # the proxy stores no responses: a continuation by id would silently lose the history
+    require(not body.get("previous_response_id"), "previous_response_id is not supported: send the whole input")
     max_tokens = body.get("max_output_tokens")
     return PolicyRequest(
         model=str(model or body.get("model") or ""),

@@ -148,6 +148,8 @@ class ModelProxy:
             if path.is_symlink() or (path.exists() and not stat.S_ISSOCK(path.lstat().st_mode)):
                 raise ValueError(f"{path} exists and is not a socket")
             if path.exists():
+                if _answers(path):
+                    raise ValueError(f"{path} is the socket of a running proxy")
                 path.unlink()  # a stale socket from a dead proxy
             server: socketserver.BaseServer = _UnixServer(str(path), handler)
             os.chmod(path, 0o666)
@@ -461,6 +463,19 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         self.wfile.write(data)
         if close:
             self.close_connection = True
+
+
+def _answers(path: Path) -> bool:
+    """Whether something listens on the unix socket at ``path``."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(2)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
 
 
 def _redacted(headers: Mapping[str, str]) -> dict[str, str]:
