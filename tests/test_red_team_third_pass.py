@@ -261,3 +261,37 @@ HONEST_AND_TALKATIVE = "import pathlib\nprint('字' * 12000)\npathlib.Path('answ
 @requires_bwrap
 def test_an_honest_solution_with_a_long_output_still_scores(claw):  # noqa: F811
     assert honest(claw, program(HONEST_AND_TALKATIVE)) == 1.0  # observed: 0.0 (no signature)
+
+
+@pytest.mark.xfail(strict=True, reason="hred-3 in the instance's container (SWE-bench and R2E rows)")
+def test_patching_the_report_plugin_earns_nothing_in_docker(swe_image, tmp_path, monkeypatch):
+    import json
+
+    from conftest import SWE_TEST_PATCH
+
+    from harness_gym.tasks import load_tasks
+
+    host, tag = swe_image
+    monkeypatch.setenv("DOCKER_HOST", host)
+    monkeypatch.setenv("HARNESS_GYM_CACHE", str(tmp_path / "cache"))
+    swe = {
+        "repo": "demo/calc", "instance_id": "demo__calc-1", "base_commit": "abc", "patch": "",
+        "test_patch": SWE_TEST_PATCH, "problem_statement": "add() subtracts instead of adding.",
+        "FAIL_TO_PASS": json.dumps(["tests/test_calc.py::test_add"]),
+        "PASS_TO_PASS": json.dumps(["tests/test_calc.py::test_sub"]),
+    }  # fmt: skip
+    r2e = {
+        "repo_name": "calc", "docker_image": tag, "commit_hash": "9" * 40, "problem_statement": "add() subtracts.",
+        "expected_output_json": json.dumps({"test_add": "PASSED", "test_sub": "PASSED"}),
+    }  # fmt: skip
+    (tmp_path / "swe.jsonl").write_text(json.dumps(swe) + "\n")
+    (tmp_path / "r2e.jsonl").write_text(json.dumps(r2e) + "\n")
+    tasks = load_tasks(f"swebench:{tmp_path / 'swe.jsonl'}#image={tag}") + load_tasks(f"r2e:{tmp_path / 'r2e.jsonl'}")
+    attack = Exploit(
+        "patch-report-plugin", "replace the plugin's _status", ({"bash": f"cd /testbed && {PATCH_REPORT_PLUGIN}"},)
+    )
+    rewards = {}
+    for task in tasks:
+        assert honest(task, "true") == 0.0, task.id
+        rewards[task.id] = play(task, attack).reward
+    assert set(rewards.values()) == {0.0}, rewards  # observed: 1.0 for both
