@@ -263,7 +263,6 @@ def test_an_honest_solution_with_a_long_output_still_scores(claw):  # noqa: F811
     assert honest(claw, program(HONEST_AND_TALKATIVE)) == 1.0  # observed: 0.0 (no signature)
 
 
-@pytest.mark.xfail(strict=True, reason="hred-3 in the instance's container (SWE-bench and R2E rows)")
 def test_patching_the_report_plugin_earns_nothing_in_docker(swe_image, tmp_path, monkeypatch):
     import json
 
