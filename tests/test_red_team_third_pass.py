@@ -332,3 +332,25 @@ def test_the_grader_may_remove_its_key_but_write_nothing_else(claw):  # noqa: F8
     assert graded.error is None, graded.log
     assert "DENIED reward/new.txt" in graded.log and "DENIED reward/reward.sh" in graded.log, graded.log
     assert "WROTE reward/.harness-gym-key/new.txt" in graded.log and ".verdict-key" not in graded.log, graded.log
+
+
+@requires_bwrap
+def test_the_exploit_library_rewrite_grader_earns_nothing(tmp_path, claw):  # noqa: F811
+    """The library's rewrite-grader (1.0 on both shapes before h28b: the audit flags the hole)."""
+    from harness_gym.tasks.audit import load_exploits
+
+    (exploit,) = load_exploits(names=["rewrite-grader"])
+    rewards = {
+        shape: play(task, exploit).reward
+        for shape, task in (("claw", claw), ("checker", clawgym_checker_task(tmp_path / "c")))
+    }
+    assert rewards == {"claw": 0.0, "checker": 0.0}, rewards
+
+
+@requires_bwrap
+def test_the_exploit_library_patch_report_plugin_earns_nothing(swe_task):  # noqa: F811
+    """The library's patch-report-plugin (1.0 before h28b: the audit flags the hole)."""
+    from harness_gym.tasks.audit import load_exploits
+
+    (exploit,) = load_exploits(names=["patch-report-plugin"])
+    assert play(swe_task, exploit).reward == 0.0
