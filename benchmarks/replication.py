@@ -26,13 +26,22 @@ from pathlib import Path
 from typing import Any
 
 from harness_gym.design import TRAINING_SET, heldout_set
-from harness_gym.records import HarnessChoice, classify_config
-from harness_gym.replication.data import ARMS, build_arm_pools, easy_suite, equalise, evaluation_tasks
-from harness_gym.replication.evaluate import model_summary, run_bench
+from harness_gym.records import HarnessChoice, classify_config, harness_choice
+from harness_gym.replication.data import (
+    ARM_SPECS,
+    ArmData,
+    K,
+    easy_suite,
+    equalise_same_tasks,
+    evaluation_tasks,
+    ladder_suite,
+    record_arm_pools,
+)
+from harness_gym.replication.evaluate import acted_effects, class_figures, model_summary, over_seeds, run_bench
 from harness_gym.replication.report import model_entry, pct, write_outputs
 from harness_gym.replication.sft import TrainConfig, default_threads, tokenize_row, train
 from harness_gym.space import BASE_CONFIG, HarnessConfig
-from harness_gym.tasks import load_tasks
+from harness_gym.tasks import Task, load_tasks
 
 
 @dataclass(frozen=True)
@@ -40,18 +49,25 @@ class Profile:
     """Everything that sizes a run; saved in results.json."""
 
     name: str
+    suite: str = "ladder"  # "ladder" (harness_gym/tasks/ladder.py) or "easy" (generated-easy)
     train_seed: int = 7
-    pool_tasks: int = 72  # training tasks recorded per arm; each arm keeps tasks_per_arm of them
-    tasks_per_arm: int = 48  # x K=2 trajectories per arm
+    pool_tasks: int = 48  # training tasks drawn; every arm keeps the same first tasks_per_arm
+    tasks_per_arm: int = 32  # x 2 trajectories per arm
+    arms: tuple[str, ...] = ("base", "oa18")  # names in harness_gym.replication.data.ARM_SPECS
+    training_seeds: tuple[int, ...] = (0, 1, 2)  # SFT seed and data order of each training run
     schedule_seed: int = 0
     eval_seed: int = 1007
-    eval_tasks: int = 3  # per training / held-out configuration
-    eval_tasks_base: int = 16  # on the base harness (the gap's first term)
-    training_configs: int = 17  # of the 17 training configurations besides the base one
+    eval_tasks: int = 2  # per training / held-out configuration (and per renamed / preset harness)
+    eval_tasks_base: int = 12  # on the base harness (the gap's first term)
+    eval_tasks_heldout_templates: int = 3  # held-out templates: base harness and the first template_configs
+    template_configs: int = 6  # held-out configurations the held-out templates run in
+    training_configs: int = 8  # of the 17 training configurations besides the base one
     heldout_configs: int = 18
-    max_steps: int = 2  # a call and a finish; a truncated episode is graded as it stands
+    renamed: int = 9  # the first N held-out configurations again with resampled tool names (0: none)
+    presets: tuple[str, ...] = ("Harness-ClaudeCodeStyle", "Harness-OpenClawStyle")
+    max_steps: int = 16  # the ladder's upper rungs take 6 or more; a truncated episode is graded as it stands
     # The untrained model makes no tool call in any harness (it answers in prose), so beyond the
-    # base harness its 105 episodes (~30 min on two cores) would measure nothing; True runs them.
+    # base harness its episodes would measure nothing; True runs them.
     untrained_everywhere: bool = False
     max_new_tokens: int = 96
     train: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=1, learning_rate=1e-4, trainable_layers=10))
@@ -63,21 +79,91 @@ PROFILES = {
         "small",
         pool_tasks=12,
         tasks_per_arm=8,
-        eval_tasks=2,
+        training_seeds=(0,),
+        eval_tasks=1,
         eval_tasks_base=4,
+        eval_tasks_heldout_templates=2,
+        template_configs=1,
         training_configs=1,
         heldout_configs=2,
+        renamed=0,
+        presets=(),
+        max_steps=8,
         train=TrainConfig(epochs=1, learning_rate=1e-4, trainable_layers=8),
+    ),
+    # the paper's ablation rows: random-18 vs OA18, K=1, K=4 and the single-configuration h1
+    "ablation": Profile(
+        "ablation", arms=("base", "oa18", "random18", "oa18-k1", "oa18-k4", "h1"), renamed=0, pool_tasks=64
+    ),
+    # the profile of the committed 2026-11-30 figures: one-call easy tasks (it saturates)
+    "easy": Profile(
+        "easy",
+        suite="easy",
+        training_seeds=(0,),
+        eval_tasks_heldout_templates=0,
+        renamed=0,
+        presets=(),
+        max_steps=2,
+        pool_tasks=72,
+        tasks_per_arm=48,
+        eval_tasks=3,
+        eval_tasks_base=16,
+        training_configs=17,
     ),
 }
 
+# Measured on this 2-core machine (README, 2026-11-30 full easy profile, loaded): SFT 733 s for 96
+# trajectories of 2 policy turns (arm A) and 1167 s (arm B); the bench 1357 s for 121 episodes of
+# at most 2 steps. Per policy turn: about 5 s of SFT and 6 s of bench. The ladder's mean reference
+# episode is 4 to 5 turns (more under W2's plan and progress checks).
+SFT_S_PER_TURN = 5.0
+BENCH_S_PER_STEP = 6.0
+
+
+def mean_turns(profile: Profile) -> float:
+    """The reference solution's mean turns (calls plus the finish) over the profile's training tasks."""
+    tasks = load_tasks(training_suite(profile))
+    return sum(len(t.solution) + 1 for t in tasks) / len(tasks)
+
+
+def estimate_cost(profile: Profile) -> dict[str, float]:
+    """Estimated seconds per stage kind on two quiet cores, from the measured rates above."""
+    turns = mean_turns(profile)
+    trajectories = profile.tasks_per_arm * 2
+    runs = len(profile.arms) * len(profile.training_seeds)
+    sft = runs * trajectories * turns * SFT_S_PER_TURN
+    per_model = len(evaluation_plan(profile, trained=True))
+    bench = (runs * per_model + profile.eval_tasks_base) * min(turns, profile.max_steps) * BENCH_S_PER_STEP
+    return {"sft_s": sft, "bench_s": bench, "total_s": sft + bench, "mean_turns": turns}
+
+
+def training_suite(profile: Profile) -> str:
+    if profile.suite == "easy":
+        return easy_suite(profile.train_seed, profile.pool_tasks)
+    return ladder_suite(profile.train_seed, profile.pool_tasks)
+
+
+def evaluation_suites(profile: Profile) -> dict[str, str]:
+    """Task classes: held out by seed (and, on the ladder, by words), and by template."""
+    if profile.suite == "easy":
+        return {"tasks": easy_suite(profile.eval_seed, profile.eval_tasks_base)}
+    suites = {"tasks": ladder_suite(profile.eval_seed, profile.eval_tasks_base, words="heldout")}
+    if profile.eval_tasks_heldout_templates:
+        suites["heldout_templates"] = ladder_suite(
+            profile.eval_seed, profile.eval_tasks_heldout_templates, templates="heldout", words="heldout"
+        )
+    return suites
+
 
 class Stages:
-    """The progress display: one line per stage with the time it took, the elapsed total."""
+    """The progress display and the stage times. A stage whose outputs a rerun reuses (a kept
+    checkpoint, recorded data, bench records) reports the time of the run that produced them,
+    read from those outputs, and is listed in ``reused``."""
 
     def __init__(self, total: int) -> None:
         self.total, self.index, self.started = total, 0, time.perf_counter()
         self.times: dict[str, float] = {}
+        self.reused: list[str] = []
         self._current: tuple[str, float] | None = None
 
     def start(self, name: str) -> None:
@@ -86,12 +172,20 @@ class Stages:
         print(f"[{self.index}/{self.total}] {name} (t={time.perf_counter() - self.started:.0f}s)", flush=True)
         self._current = (name, time.perf_counter())
 
-    def finish(self) -> None:
-        if self._current is not None:
-            name, began = self._current
-            self.times[name] = time.perf_counter() - began
-            print(f"      done in {self.times[name]:.0f}s", flush=True)
-            self._current = None
+    def finish(self, produced_s: float | None = None) -> None:
+        """End the current stage; ``produced_s``: the time its outputs took to produce, when they
+        say (a checkpoint's training time, the sum of a resumed bench's episode times)."""
+        if self._current is None:
+            return
+        name, began = self._current
+        now = time.perf_counter() - began
+        self.times[name] = now if produced_s is None else produced_s
+        note = ""
+        if produced_s is not None and produced_s > now + 1.0:
+            self.reused.append(name)
+            note = f" (reused; produced in {produced_s:.0f}s)"
+        print(f"      done in {now:.0f}s{note}", flush=True)
+        self._current = None
 
 
 def evaluation_harnesses(profile: Profile) -> tuple[HarnessChoice, list[HarnessChoice]]:
@@ -104,8 +198,57 @@ def evaluation_harnesses(profile: Profile) -> tuple[HarnessChoice, list[HarnessC
     return choice(BASE_CONFIG), [choice(c) for c in [*others, *list(heldout_set())[: profile.heldout_configs]]]
 
 
+@dataclass(frozen=True)
+class EvalRun:
+    """One bench call: an evaluation class, its harnesses, its tasks and env options."""
+
+    klass: str
+    harnesses: tuple[HarnessChoice, ...]
+    tasks: str  # key into the evaluation task lists
+    count: int
+    env_options: tuple[tuple[str, Any], ...] = ()
+
+
+def evaluation_plan(profile: Profile, *, trained: bool) -> list[tuple[str, str]]:
+    """(class, harness) per planned episode of one model, for the cost estimate."""
+    out = []
+    for run_ in eval_runs(profile, trained=trained):
+        out += [(run_.klass, h.env_id) for h in run_.harnesses for _ in range(run_.count)]
+    return out
+
+
+def eval_runs(profile: Profile, *, trained: bool) -> list[EvalRun]:
+    """The evaluation classes of one model: base harness (more tasks), training and held-out
+    configurations, held-out with resampled names, the imitation presets, held-out templates."""
+    base, others = evaluation_harnesses(profile)
+    runs = [EvalRun("base", (base,), "tasks", profile.eval_tasks_base)]
+    if not trained and not profile.untrained_everywhere:
+        return runs
+    training = tuple(c for c in others if c.klass == "training")
+    heldout = tuple(c for c in others if c.klass == "heldout")
+    runs += [
+        EvalRun("training", training, "tasks", profile.eval_tasks),
+        EvalRun("heldout", heldout, "tasks", profile.eval_tasks),
+    ]
+    if profile.renamed:
+        renamed = heldout[: profile.renamed]
+        runs.append(EvalRun("heldout_renamed", renamed, "tasks", profile.eval_tasks, (("resample_names", True),)))
+    if profile.presets:
+        runs.append(EvalRun("presets", tuple(harness_choice(p) for p in profile.presets), "tasks", profile.eval_tasks))
+    if profile.eval_tasks_heldout_templates and profile.suite != "easy":
+        chosen = (base, *heldout[: profile.template_configs])
+        runs.append(EvalRun("heldout_templates", chosen, "heldout_templates", profile.eval_tasks_heldout_templates))
+    return runs
+
+
+def _bench_seconds(records: list[dict[str, Any]]) -> float:
+    return sum(float((r.get("durations") or {}).get("episode_s", 0.0)) for r in records)
+
+
 def run(profile: Profile, out: Path, work: Path, progress: bool = True) -> dict[str, Any]:
-    """The whole pipeline; returns the results written to ``out``."""
+    """The whole pipeline; returns the results written to ``out``. Every stage's outputs are kept
+    in ``work`` (exported data, checkpoints per arm and seed, bench records), so a rerun resumes
+    at the first unfinished stage and reports the times of the run that produced the rest."""
     import torch
 
     from harness_gym.model_export import export_model
@@ -114,7 +257,11 @@ def run(profile: Profile, out: Path, work: Path, progress: bool = True) -> dict[
     torch.set_num_threads(threads)
     work.mkdir(parents=True, exist_ok=True)
     (work / ".gitignore").write_text("# replication work files (checkpoints, bench records): not for git\n*\n")
-    stages = Stages(7)
+    seeds = profile.training_seeds
+    stages = Stages(2 + len(seeds) * (1 + 2 * len(profile.arms)))
+    estimate = estimate_cost(profile)
+    print(f"      estimated cost on two quiet cores: {estimate['total_s'] / 3600:.1f} h "
+          f"(SFT {estimate['sft_s'] / 60:.0f} min, bench {estimate['bench_s'] / 60:.0f} min)")  # fmt: skip
 
     stages.start("export the packaged SmolLM2-135M-Instruct to transformers format")
     base_model = work / "model-untrained"
@@ -123,65 +270,147 @@ def run(profile: Profile, out: Path, work: Path, progress: bool = True) -> dict[
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(base_model))
-
-    stages.start("record reference trajectories and export them with train masks")
-    suite = easy_suite(profile.train_seed, profile.pool_tasks)
-    pools, task_ids = build_arm_pools(
-        suite, lambda row: tokenize_row(row, tokenizer), schedule_seed=profile.schedule_seed, workdir=work
-    )
-    arms = equalise(pools, task_ids, profile.tasks_per_arm)
-    data = {name: arm.summary() for name, arm in arms.items()}
-    for name, figures in data.items():
-        print(f"      {name}: {figures['trajectories']} trajectories, {figures['trained_tokens']} trained tokens "
-              f"({figures['trimmed_tokens']} trimmed), {len(figures['harnesses'])} harnesses")  # fmt: skip
-
-    checkpoints = {"untrained": base_model}
-    training: dict[str, Any] = {}
-    for name in ARMS:
-        stages.start(f"SFT of arm {name} ({data[name]['trajectories']} trajectories)")
-        folder = work / f"model-{name}"
-        checkpoints[name] = folder
-        training[name] = _train_or_reuse(base_model, arms[name].examples, folder, profile.train, progress)
-
+    suite = training_suite(profile)
     training_tasks = load_tasks(suite)
-    base_suite = easy_suite(profile.eval_seed, profile.eval_tasks_base)
-    eval_all, dropped = evaluation_tasks(base_suite, training_tasks)
-    base_choice, others = evaluation_harnesses(profile)
-    eval_tasks = eval_all[: profile.eval_tasks]
+    suites = evaluation_suites(profile)
+    eval_lists: dict[str, list[Task]] = {}
+    dropped = 0
+    for key, reference in suites.items():
+        eval_lists[key], lost = evaluation_tasks(reference, training_tasks)
+        dropped += lost
+    specs = [ARM_SPECS[a] for a in profile.arms]
+
     models: dict[str, Any] = {}
-    for label, folder in checkpoints.items():
-        configs = others if label != "untrained" or profile.untrained_everywhere else []
-        stages.start(
-            f"bench {label}: base x {len(eval_all)} tasks, {len(configs)} configurations x {len(eval_tasks)} tasks"
-        )
-        common: dict[str, Any] = {"seed": profile.eval_seed, "max_steps": profile.max_steps, "max_new_tokens": profile.max_new_tokens, "label": label, "progress": progress}  # fmt: skip
-        records = run_bench(folder, [base_choice], eval_all, work / "bench" / label / "base", **common)
-        if configs:
-            records += run_bench(folder, configs, eval_tasks, work / "bench" / label / "configs", **common)
-        models[label] = model_entry(model_summary(records))
-        figures = models[label]
-        print(f"      {label}: Pass@1 base {pct(figures['classes']['base']['pass_at_1'])}%, held-out "
-              f"{pct(figures['classes']['heldout']['pass_at_1'])}%, gap {pct(figures['gap']['gap'])} points")  # fmt: skip
+    runs_by_arm: dict[str, list[dict[str, Any]]] = {a: [] for a in profile.arms}
+    data: dict[str, Any] = {}
+    training: dict[str, Any] = {}
+    stages.start("bench untrained")
+    records = _bench_model(profile, base_model, "untrained", eval_lists, work, progress, trained=False)
+    stages.finish(_bench_seconds(records))
+    models["untrained"] = _entry(records)
+    for seed in seeds:
+        stages.start(f"seed {seed}: record reference trajectories and export them with train masks")
+        arms, produced = _arm_data(profile, suite, specs, tokenizer, seed, work)
+        stages.finish(produced)
+        data[f"seed{seed}"] = {name: arm.summary() for name, arm in arms.items()}
+        for name, figures in data[f"seed{seed}"].items():
+            print(f"      {name}: {figures['trajectories']} trajectories, {figures['trained_tokens']} trained tokens "
+                  f"({figures['trimmed_tokens']} trimmed), {len(figures['harnesses'])} harnesses")  # fmt: skip
+        for spec in specs:
+            label = f"{spec.name}/seed{seed}"
+            stages.start(f"SFT of {label} ({data[f'seed{seed}'][spec.name]['trajectories']} trajectories)")
+            folder = work / f"model-{spec.name}-seed{seed}"
+            config = replace(profile.train, seed=seed)
+            training[label] = _train_or_reuse(base_model, arms[spec.name].examples, folder, config, progress)
+            stages.finish(float(training[label].get("seconds", 0.0)))
+            stages.start(f"bench {label}")
+            records = _bench_model(profile, folder, label, eval_lists, work, progress, trained=True)
+            stages.finish(_bench_seconds(records))
+            models[label] = _entry(records)
+            runs_by_arm[spec.name].append(models[label])
+            figures = models[label]
+            print(f"      {label}: Pass@1 base {pct(figures['classes']['base']['pass_at_1'])}%, held-out "
+                  f"{pct(figures['classes']['heldout']['pass_at_1'])}%, gap {pct(figures['gap']['gap'])} points")  # fmt: skip
     stages.finish()
+    for arm in profile.arms:  # the first seed's figures under the arm's name (the report's table and plots)
+        models[arm] = models[f"{arm}/seed{seeds[0]}"]
     results = {
         "profile": {**asdict(profile), "threads": threads},
         "base_harness": BASE_CONFIG.code,
         "suites": {
             "training": suite,
-            "evaluation": f"{base_suite} (first {profile.eval_tasks} per configuration)",
-            "evaluation_base": base_suite,
+            "evaluation": f"{suites['tasks']} (first {profile.eval_tasks} per configuration)",
+            "evaluation_base": suites["tasks"],
+            "evaluation_heldout_templates": suites.get("heldout_templates"),
             "dropped_duplicates": dropped,
         },
-        "data": data,
+        "data": data[f"seed{seeds[0]}"],
+        "data_by_seed": data,
         "training": {k: {key: v for key, v in log.items() if key != "losses"} for k, log in training.items()},
         "models": models,
+        "over_seeds": {arm: _over_seeds(entries) for arm, entries in runs_by_arm.items()},
         "timings_s": stages.times,
-        "command": "python -m benchmarks.replication" + (" --small" if profile.name == "small" else ""),
+        "reused_stages": stages.reused,
+        "estimated_cost_s": estimate,
+        "command": f"python -m benchmarks.replication --profile {profile.name}",
         "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     paths = write_outputs(results, out)
     print("wrote " + ", ".join(str(p) for p in paths))
     return results
+
+
+CORE_CLASSES = ("base", "training", "heldout")  # the gap's classes; the others are reported apart
+
+
+def _entry(records: list[dict[str, Any]]) -> dict[str, Any]:
+    entry = model_entry(model_summary([r for r in records if r.get("eval_class") in CORE_CLASSES]))
+    entry["eval_classes"] = class_figures(records)
+    entry["acted_effects"] = acted_effects(records)
+    return entry
+
+
+def _over_seeds(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per evaluation class and for the gap: mean over training seeds with its t interval."""
+    classes = sorted({k for e in entries for k in e["eval_classes"]})
+    out = {
+        k: over_seeds([e["eval_classes"].get(k, {}).get("pass_at_1", float("nan")) for e in entries]) for k in classes
+    }
+    out["gap"] = over_seeds([e["gap"]["gap"] for e in entries])
+    return out
+
+
+def _bench_model(
+    profile: Profile,
+    folder: Path,
+    label: str,
+    eval_lists: dict[str, list[Task]],
+    work: Path,
+    progress: bool,
+    *,
+    trained: bool,
+) -> list[dict[str, Any]]:
+    """Every evaluation class of one model; records tagged with the class (bench records resume)."""
+    records: list[dict[str, Any]] = []
+    for run_ in eval_runs(profile, trained=trained):
+        tasks = eval_lists[run_.tasks][: run_.count]
+        if not tasks or not run_.harnesses:
+            continue
+        common: dict[str, Any] = {"seed": profile.eval_seed, "max_steps": profile.max_steps, "max_new_tokens": profile.max_new_tokens, "label": label, "progress": progress}  # fmt: skip
+        found = run_bench(
+            folder, list(run_.harnesses), tasks, work / "bench" / label.replace("/", "-") / run_.klass,
+            env_options=dict(run_.env_options), **common,
+        )  # fmt: skip
+        records += [{**r, "eval_class": run_.klass} for r in found]
+    return records
+
+
+def _arm_data(
+    profile: Profile, suite: str, specs: list[Any], tokenizer: Any, seed: int, work: Path
+) -> tuple[dict[str, Any], float]:
+    """The arms' equalised examples of one training seed and the seconds they took to record,
+    kept in ``work/data-seed<N>.json``: a rerun reads them back instead of recording again."""
+    path = work / f"data-seed{seed}.json"
+    key = {"suite": suite, "arms": [asdict(s) for s in specs], "tasks_per_arm": profile.tasks_per_arm, "seed": seed}
+    if path.exists():
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        if saved.get("key") == key:
+            print("      reusing the recorded training data of a previous run")
+            return {name: ArmData.from_json(value) for name, value in saved["arms"].items()}, saved["seconds"]
+    started = time.perf_counter()
+    pools, ids = record_arm_pools(
+        suite,
+        specs,
+        lambda row: tokenize_row(row, tokenizer),
+        schedule_seed=profile.schedule_seed + seed,
+        workdir=work,
+        trajectories=profile.tasks_per_arm * K,
+    )
+    arms = equalise_same_tasks(pools, ids, profile.tasks_per_arm)
+    seconds = time.perf_counter() - started
+    saved = {"key": key, "seconds": seconds, "arms": {n: a.to_json() for n, a in arms.items()}}
+    path.write_text(json.dumps(saved) + "\n", encoding="utf-8")
+    return arms, seconds
 
 
 def _train_or_reuse(
@@ -209,16 +438,26 @@ def _train_or_reuse(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--small", action="store_true", help="the ~10-minute profile")
+    parser.add_argument("--small", action="store_true", help="the ~10-minute profile (same as --profile small)")
+    parser.add_argument("--profile", choices=sorted(PROFILES), help="full (default), small, ablation or easy")
+    parser.add_argument("--estimate", action="store_true", help="print the profile's estimated cost and stop")
     parser.add_argument("--out", type=Path, help="where results.json, report.md and the plots go")
     parser.add_argument("--work", type=Path, default=Path("replication-work"), help="checkpoints and bench records")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: the cores idle at the start)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
-    profile = PROFILES["small" if args.small else "full"]
+    if args.small and args.profile not in (None, "small"):
+        parser.error("--small and --profile disagree")
+    name = args.profile or ("small" if args.small else "full")
+    profile = PROFILES[name]
+    if args.estimate:
+        cost = estimate_cost(profile)
+        print(json.dumps({"profile": name, **{k: round(v, 1) for k, v in cost.items()}}))
+        return 0
     if args.threads:
         profile = replace(profile, train=replace(profile.train, threads=args.threads))
-    out = args.out or Path("benchmarks/results") / ("replication-small" if args.small else "replication")
+    folder = "replication" if name == "full" else f"replication-{name}"
+    out = args.out or Path("benchmarks/results") / folder
     run(profile, out, args.work / profile.name, progress=not args.quiet)
     return 0
 

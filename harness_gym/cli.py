@@ -24,6 +24,7 @@ import contextlib
 import functools
 import json
 import os
+import shlex
 import sys
 import time
 from collections import Counter
@@ -50,8 +51,9 @@ from harness_gym.bench.runner import CALIBRATION, BenchAborted
 from harness_gym.design import TRAINING_SET, build_schedule, heldout_set, training_set
 from harness_gym.episode import Episode, run_suite
 from harness_gym.export import add_export_parser
-from harness_gym.model_export import export_model
+from harness_gym.model_export import export_model, vllm_cpu_command
 from harness_gym.model_server import ModelServer
+from harness_gym.replication import probe
 from harness_gym.space import HarnessConfig, all_configs, neighbours
 from harness_gym.tasks import load_tasks, validate_suite
 from harness_gym.tasks.audit import audit, load_exploits
@@ -375,11 +377,20 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
 def _cmd_export_model(args: argparse.Namespace) -> int:
     folder = export_model(args.out, model=args.model, gguf_file=args.gguf_file, force=args.force)
-    print(f"wrote {folder}; serve it with:")
-    print(
-        f"  python -m vllm.entrypoints.openai.api_server --model {folder} "
-        "--enable-auto-tool-choice --tool-call-parser hermes"
-    )
+    print(f"wrote {folder} (a chat template TRL's GRPOTrainer takes with tools); serve it on CPU with:")
+    print(f"  {vllm_cpu_command(folder)}")
+    return 0
+
+
+def _cmd_probe(args: argparse.Namespace) -> int:
+    if not (Path(args.model) / "config.json").exists():
+        raise ValueError(f"--model {args.model}: not a transformers model folder (no config.json); see export-model")
+    result = probe.probe(args.model, args.configs, args.tasks, task_limit=args.task_limit, progress=True)
+    if args.compare:
+        result["agreement"] = probe.rank_agreement(result, probe.bench_pass_at_1(args.compare))
+    for path in probe.write(result, args.out):
+        print(f"wrote {path}")
+    print(probe.render_markdown(result))
     return 0
 
 
@@ -434,7 +445,7 @@ def _cmd_serve_env(args: argparse.Namespace) -> int:
 
     env_kwargs = json.loads(args.env_kwargs) if args.env_kwargs else {}
     if not isinstance(env_kwargs, dict):
-        raise ValueError('--env-kwargs must be a JSON object, e.g. \'{"tasks": "builtin:test"}\'')
+        raise ValueError('--env-kwargs must be a JSON object, e.g. \'{"tasks": "builtin:eval"}\'')
     if args.tasks:
         env_kwargs["tasks"] = args.tasks
     token = os.environ.get(args.token_env) or None
@@ -476,11 +487,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     schedule = sub.add_parser("schedule", help="print a locality-aware task-to-harness schedule as JSON lines")
     schedule.add_argument("--tasks", type=int, required=True, help="number of tasks")
-    schedule.add_argument("--tasks-per-step", type=int, default=16)
-    schedule.add_argument("--k", type=int, default=2)
-    schedule.add_argument("--assignment", default="locality", choices=["locality", "random", "repeat"])
-    schedule.add_argument("--training-set", default="oa18", choices=["oa18", "random18", "all243", "base"])
-    schedule.add_argument("--seed", type=int, default=0)
+    schedule.add_argument("--tasks-per-step", type=int, default=16, help="tasks per training step (a batch)")
+    schedule.add_argument("--k", type=int, default=2, help="configurations each task is trained under")
+    schedule.add_argument(
+        "--assignment",
+        default="locality",
+        choices=["locality", "random", "repeat"],
+        help="how tasks meet configurations",
+    )
+    schedule.add_argument(
+        "--training-set",
+        default="oa18",
+        choices=["oa18", "random18", "all243", "base"],
+        help="the configurations trained on (oa18: the orthogonal array)",
+    )
+    schedule.add_argument("--seed", type=int, default=0, help="the seed (same seed, same schedule)")
     schedule.set_defaults(func=_cmd_schedule)
 
     check = sub.add_parser("check", help="run the reference agent on every task in every chosen harness")
@@ -489,7 +510,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--format", default="hermes", choices=["hermes", "xml", "openai"], help="how the agent writes calls"
     )
-    check.add_argument("--seed", type=int, default=0)
+    check.add_argument("--seed", type=int, default=0, help="base seed of the episodes")
     check.add_argument("--out", type=Path, help="write one JSON line per episode here")
     check.set_defaults(func=_cmd_check)
 
@@ -558,7 +579,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(func=_cmd_bench)
 
     report = sub.add_parser("report", help="write the report of a results file")
-    report.add_argument("results", type=Path)
+    report.add_argument("results", type=Path, help="a bench results file (results.jsonl)")
     report.add_argument("--out", type=Path, help="folder for report.md/json and plots (default: beside the results)")
     report.add_argument(
         "--mutation-scores", type=Path, help="a `tasks audit --mutants --json` file: Pass@1 on strong-grader tasks too"
@@ -566,18 +587,20 @@ def build_parser() -> argparse.ArgumentParser:
     report.set_defaults(func=_cmd_report)
 
     compare = sub.add_parser("compare", help="paired bootstrap differences between two results files, per class")
-    compare.add_argument("a", type=Path)
-    compare.add_argument("b", type=Path)
+    compare.add_argument("a", type=Path, help="the first results file (the baseline)")
+    compare.add_argument("b", type=Path, help="the second results file (differences are b - a)")
     compare.add_argument("--json", type=Path, help="also write the comparison as JSON here")
     compare.set_defaults(func=_cmd_compare)
 
     view = sub.add_parser("view", help="show a trajectory in the terminal, or as HTML")
-    view.add_argument("trajectory", type=Path)
+    view.add_argument("trajectory", type=Path, help="a trajectories/*.jsonl file of a bench run")
     view.add_argument("--html", type=Path, help="write a standalone HTML page instead")
     view.set_defaults(func=_cmd_view)
 
     tasks = sub.add_parser("tasks", help="list, validate, check (reference solutions), generate or audit a task suite")
-    tasks.add_argument("action", choices=["list", "validate", "check", "generate", "audit"])
+    tasks.add_argument(
+        "action", choices=["list", "validate", "check", "generate", "audit"], help="what to do with the suite"
+    )
     tasks.add_argument(
         "suite", nargs="?", default="builtin", help="builtin[:split], clawgym:PATH, pinchbench:PATH, ..."
     )
@@ -607,13 +630,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="serve a local model over an OpenAI-compatible API (CPU, for tests and demos)")
     serve.add_argument("--model", help="a local model folder (default: the packaged SmolLM2-135M-Instruct)")
-    serve.add_argument("--gguf-file")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--gguf-file", help="the GGUF file inside --model")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on")
     serve.set_defaults(func=_cmd_serve)
 
     worlds = sub.add_parser("worlds", help="build, list, locate or remove worlds (root filesystems sandboxes run on)")
-    worlds.add_argument("action", choices=["list", "build", "path", "rm"])
+    worlds.add_argument("action", choices=["list", "build", "path", "rm"], help="what to do with the worlds")
     worlds.add_argument("names", nargs="*", help="shipped world names (host, python, clawgym) or world YAML files")
     worlds.add_argument("--force", action="store_true", help="build: rebuild even if built")
     worlds.set_defaults(func=_cmd_worlds)
@@ -621,18 +644,20 @@ def build_parser() -> argparse.ArgumentParser:
     doctor = sub.add_parser("doctor", help="check that this machine can sandbox episodes, and which limits hold")
     doctor.add_argument("--workers", type=int, default=1, help="sandboxes that will run at once (disk, memory)")
     doctor.add_argument("--clean", action="store_true", help="first reclaim what killed harness-gym processes left")
-    doctor.add_argument("--docker", choices=["auto", "require", "skip"], default="auto")
+    doctor.add_argument(
+        "--docker", choices=["auto", "require", "skip"], default="auto", help="check Docker: if present, always, never"
+    )
     doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
     doctor.set_defaults(func=_cmd_doctor)
     serve_env = sub.add_parser(
         "serve-env", help="serve an environment over OpenEnv's HTTP/WebSocket protocol, one session per client"
     )
     serve_env.add_argument("env_id", help="a registered id, e.g. Harness-S1T2O0C1W2 or HarnessAdapt-H1")
-    serve_env.add_argument("--host", default="127.0.0.1")
+    serve_env.add_argument("--host", default="127.0.0.1", help="address to listen on (0.0.0.0: every interface)")
     serve_env.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed)")
     serve_env.add_argument("--max-sessions", type=int, default=32, help="concurrent sessions (each its own sandbox)")
     serve_env.add_argument("--idle-timeout", type=float, default=600.0, help="close idle sessions after S s (0: never)")
-    serve_env.add_argument("--tasks", help="task suite for every session (builtin, builtin:test, clawgym:PATH, ...)")
+    serve_env.add_argument("--tasks", help="task suite for every session (builtin, builtin:eval, clawgym:PATH, ...)")
     serve_env.add_argument("--env-kwargs", help="more gym.make keyword arguments, as a JSON object")
     serve_env.add_argument(
         "--token-env",
@@ -651,12 +676,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_export_parser(sub)  # export prompts | sft
 
+    probing = sub.add_parser(
+        "probe",
+        help="score a model's log-probability of the same actions rendered under each harness (no rollouts)",
+        formatter_class=DefaultsHelp,
+    )
+    probing.add_argument("--model", required=True, help="a transformers model folder (harness-gym export-model)")
+    probing.add_argument("--configs", default="base,training,heldout", help="harnesses, as bench --harnesses takes")
+    probing.add_argument(
+        "--tasks", default="ladder:1007#count=6,words=heldout", help="a suite with reference solutions"
+    )
+    probing.add_argument("--task-limit", type=int, help="the first N tasks of the suite")
+    probing.add_argument("--compare", help="a bench results file of the same model: rank agreement with its Pass@1")
+    probing.add_argument("--out", type=Path, default=Path("probe.json"), help="JSON; a .md table is written beside it")
+    probing.set_defaults(func=_cmd_probe)
+
     export = sub.add_parser(
         "export-model",
         help="write a model (default: the packaged SmolLM2 GGUF) as a transformers folder vLLM and TRL load",
         formatter_class=DefaultsHelp,
     )
-    export.add_argument("--out", type=Path, default=Path("exported-models/SmolLM2-135M-Instruct"))
+    export.add_argument(
+        "--out", type=Path, default=Path("exported-models/SmolLM2-135M-Instruct"), help="the folder to write"
+    )
     export.add_argument("--model", help="a local model folder (default: the packaged SmolLM2-135M-Instruct)")
     export.add_argument("--gguf-file", help="the GGUF file inside --model")
     export.add_argument("--force", action="store_true", help="replace a non-empty --out")
@@ -664,10 +706,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: the exit status of a run stopped by Ctrl-C (128 + SIGINT, as shells report it)
+INTERRUPTED = 130
+
+
+def interrupted_hint(argv: Sequence[str], args: argparse.Namespace) -> str:
+    """What to tell a user who pressed Ctrl-C: for ``bench``, the command that continues the run."""
+    if getattr(args, "func", None) is _cmd_bench:
+        again = ["harness-gym", *argv] + ([] if getattr(args, "resume", False) else ["--resume"])
+        return (
+            f"harness-gym: interrupted; the episodes finished so far are in {args.out}. "
+            f"Continue the run with:\n  {shlex.join(again)}"
+        )
+    return "harness-gym: interrupted"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(arguments)
     try:
         return args.func(args)
+    except KeyboardInterrupt:
+        print(f"\n{interrupted_hint(arguments, args)}", file=sys.stderr)
+        return INTERRUPTED
     except (ValueError, KeyError, FileExistsError, FileNotFoundError, RuntimeError) as exc:
         print(f"harness-gym: error: {exc}", file=sys.stderr)
         return 2

@@ -42,7 +42,7 @@ from harness_gym.tasks import GradeResult, Task, load_tasks
 from harness_gym.tool_calls import ActionError, ParsedAction, ToolCall, coerce_arguments, message_text, parse_action
 from harness_gym.tools import LIBRARY_PREFIX, ToolContext, run_tool
 from harness_gym.tools.roles import call_effects
-from harness_gym.worlds import HOST, World, docker_image, load_world
+from harness_gym.worlds import HOST, World, WorldError, docker_image, grader_scripts, load_world, missing_interpreters
 
 Message = dict[str, Any]
 
@@ -180,6 +180,9 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         super().reset(seed=seed)
         options = options or {}
+        # a reset mid-episode is Gymnasium's right, and it leaves that episode ungraded: say so (a
+        # TimeLimit stacked outside gym.make's wrappers ends episodes this way, unseen by the harness)
+        abandoned = not self.done and self.task is not None
         self._end_episode(background=True)
         self.task = self._choose_task(options.get("task_id"))
         episode_rng = np.random.default_rng(int(self.np_random.integers(2**63)))
@@ -219,6 +222,8 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         info["tool_names"] = {t.canonical: t.name for t in self.tool_interface.tools.values()}
         limits = getattr(self.sandbox, "limits", None)  # which limits hold on this host, and which do not
         info["sandbox_limits"] = limits.as_dict() if limits is not None and hasattr(limits, "as_dict") else None
+        if abandoned:
+            info["previous_episode_ungraded"] = True
         self._rendered = 0
         if self.render_mode == "human":
             self.render()
@@ -393,6 +398,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             reward = self._grade(info)
             turn.sandbox_s += time.perf_counter() - grading_started
         else:
+            info["graded"] = False  # a wrapper that ends the episode here leaves it ungraded
             context_started = time.perf_counter()
             self.messages, info["context_reset"] = self.context.manage(self.messages, self.records)
             if info["context_reset"] and self.context.summary_path is not None:
@@ -427,7 +433,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         result = self.task.grade(self.sandbox, self.transcript)
         # the grader's log stays out of info: it holds timings, and info must be reproducible
         self.last_grade = result
-        info.update(reward_breakdown=result.breakdown, grader_error=result.error)
+        info.update(reward_breakdown=result.breakdown, grader_error=result.error, graded=True)
         self.done = True
         return float(result.reward)
 
@@ -450,6 +456,20 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             sandbox.close()
         self._sandboxes.clear()
         self.sandbox = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle the environment as made (before ``reset`` or after ``close``): a live sandbox is a
+        process tree on this host, which no pickle can carry, so that case is refused by name."""
+        if self.sandbox is not None or self._sandboxes:
+            raise TypeError(
+                "a HarnessEnv with live sandboxes cannot be pickled (they are processes on this host): "
+                "pickle it before reset() or after close()"
+            )
+        return {k: v for k, v in self.__dict__.items() if k != "_spare"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._spare = spare.WarmSpare()
 
     # ------------------------------------------------------------------ internals
 
@@ -552,6 +572,13 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
                 "use sandbox='bubblewrap' or 'docker', or world='host'"
             )
         world.root()  # raises WorldError with the build command when it is missing
+        missing = missing_interpreters(world, grader_scripts(task.grade_command, task.grader_files))
+        if missing:  # a correct solution would be graded as a failure: refuse the task by name
+            raise WorldError(
+                f"task {task.id}: its grader calls {', '.join(missing)}, which world {world.name!r} does not have; "
+                f"add the Debian package to the world's packages (a world YAML file, world=...) and build it "
+                f"(harness-gym worlds build FILE), or leave the task out"
+            )
         return world
 
     def _choose_task(self, task_id: str | None) -> Task:

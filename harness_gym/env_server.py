@@ -35,6 +35,7 @@ import logging
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -95,6 +96,14 @@ class HarnessObservation(Observation):
     info: dict[str, Any] = Field(default_factory=dict, description="the step's info (JSON), reward breakdown included")
 
 
+class HarnessState(State):
+    """The session's episode: a minted ``episode_id`` (or the client's), the step count, the
+    environment id and the task."""
+
+    env_id: str | None = Field(default=None, description="the served environment id")
+    task_id: str | None = Field(default=None, description="the episode's task")
+
+
 def _json_safe(value: Any) -> Any:
     """Info as JSON would carry it (numpy numbers and other objects as their plain form or text)."""
     return json.loads(json.dumps(value, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
@@ -130,7 +139,7 @@ class SessionRegistry:
         return len(envs)
 
 
-class HarnessServedEnv(Environment[HarnessAction, HarnessObservation, State]):
+class HarnessServedEnv(Environment[HarnessAction, HarnessObservation, HarnessState]):
     """One session's environment: a ``gym.make``-made harness environment behind OpenEnv's interface.
 
     The Gymnasium environment (and its sandbox) is created by the first ``reset``, so requests
@@ -147,7 +156,7 @@ class HarnessServedEnv(Environment[HarnessAction, HarnessObservation, State]):
         self.env_kwargs = dict(env_kwargs)
         self.registry = registry
         self.gym_env: gym.Env[Any, Any] | None = None
-        self._state = State(episode_id=None, step_count=0)
+        self._state = HarnessState(episode_id=None, step_count=0, env_id=env_id)
         self._lock = threading.Lock()
         self._closed = False
         self.last_activity = time.monotonic()
@@ -173,7 +182,11 @@ class HarnessServedEnv(Environment[HarnessAction, HarnessObservation, State]):
             if task_id is not None:
                 episode_options["task_id"] = task_id
             observation, info = self.gym_env.reset(seed=seed, options=episode_options or None)
-            self._state = State(episode_id=episode_id, step_count=0, env_id=self.env_id, task_id=info.get("task_id"))
+            # an episode id names the episode in the client's logs and the server's: minted when not given
+            self._state = HarnessState(
+                episode_id=episode_id or uuid.uuid4().hex, step_count=0, env_id=self.env_id, task_id=info.get("task_id")
+            )
+            info["episode_id"] = self._state.episode_id
             self.last_activity = time.monotonic()
             return HarnessObservation(
                 messages=observation["messages"], tools=observation["tools"], info=_json_safe(info), reward=None
@@ -198,7 +211,7 @@ class HarnessServedEnv(Environment[HarnessAction, HarnessObservation, State]):
             )
 
     @property
-    def state(self) -> State:
+    def state(self) -> HarnessState:
         return self._state
 
     def get_metadata(self) -> EnvironmentMetadata:

@@ -195,7 +195,7 @@ def add_export_parser(sub: Any) -> None:
     prompts.add_argument("--harnesses", default="training", help="what `bench --configs` takes (comma-separated)")
     prompts.add_argument("--repeats", type=int, default=1, help="rows per (harness, task), each with its own seed")
     prompts.add_argument("--task-limit", type=int, help="use only the first N tasks")
-    prompts.add_argument("--seed", type=int, default=0)
+    prompts.add_argument("--seed", type=int, default=0, help="base seed of the rows' episodes")
     prompts.add_argument(
         "--tool-format", default="openai", help="openai (tools left to the chat template, TRL), hermes or xml"
     )

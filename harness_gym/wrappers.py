@@ -7,18 +7,20 @@ from typing import Any
 import gymnasium as gym
 
 
-class GradeTruncation(gym.Wrapper[dict[str, Any], Any, dict[str, Any], Any]):
+class GradeTruncation(gym.Wrapper[dict[str, Any], Any, dict[str, Any], Any], gym.utils.RecordConstructorArgs):
     """Grade an episode that a wrapper inside this one truncated (Gymnasium's ``TimeLimit``).
 
     The harness grades every episode it ends itself, by its finishing tool or its step budget. A
     ``TimeLimit`` with a smaller ``max_episode_steps`` ends the episode without the harness knowing;
     this wrapper, which ``gym.make`` puts around the ``TimeLimit`` of every registered id, then grades
     the workspace as it stands (:meth:`HarnessEnv.truncate`), so no truncated episode is left
-    without a reward.
+    without a reward. It records its (no) constructor arguments, so Gymnasium can remake an
+    environment from its spec (``gym.make(env.spec)``, ``check_env``'s render check, vectors).
     """
 
     def __init__(self, env: gym.Env[dict[str, Any], Any]) -> None:
-        super().__init__(env)
+        gym.utils.RecordConstructorArgs.__init__(self)
+        gym.Wrapper.__init__(self, env)
         self._follow_the_budget()
 
     def _follow_the_budget(self) -> None:

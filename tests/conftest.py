@@ -212,3 +212,14 @@ def r2e_parsed_commit(diff_text):
         "file_diffs": files, "old_commit_hash": "base", "new_commit_hash": "fix", "commit_message": "fix",
         "commit_date": "2024-01-01T00:00:00", "metadata": {},
     }  # fmt: skip
+
+
+def readme_block(tag: str) -> str:
+    """README.md's one ```python <tag> block: an example a test runs as printed (a tag keeps it out
+    of test_readme's quick examples), read from the README so the text and the test cannot drift."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    found = re.findall(rf"```python {re.escape(tag)}\n(.*?)```", text, re.DOTALL)
+    assert len(found) == 1, f"README.md must hold exactly one ```python {tag} block"
+    return found[0]

@@ -460,6 +460,12 @@ def test_readme_main_command_report_has_calibration_rows(tmp_path, capsys):
         "| harness | class | episodes | Pass@1 % | 95% CI | errors | reference % | null % | tool-call rate % |"
         in report
     )
+    from harness_gym.bench.report import class_bars
+
+    bars = class_bars(json.loads((tmp_path / "report.json").read_text()))  # what classes.png draws
+    assert set(bars) == {"model", "reference", "null"}
+    assert all(v == 1.0 for v in bars["reference"]) and all(v == 0.0 for v in bars["null"])
+    assert (tmp_path / "classes.png").stat().st_size > 0
 
 
 def test_help_shows_defaults(capsys):
@@ -496,3 +502,39 @@ def test_class_intervals_resample_configurations_as_well_as_tasks():
     means = np.array([t % 2 == 0 for t in range(20)], dtype=float)[rng.integers(0, 20, (4000, 20))].mean(axis=1)
     assert estimate == 0.5
     assert abs(low - np.quantile(means, 0.025)) <= 0.05 and abs(high - np.quantile(means, 0.975)) <= 0.05
+
+
+def test_ctrl_c_exits_130_with_the_resume_command_and_no_traceback(tmp_path):
+    out = tmp_path / "run"
+    arguments = ["bench", "--agent", "reference", "--configs", "heldout:3", "--tasks", "builtin:eval", "--runs", "1",
+                 "--out", str(out), "--no-trajectories", "--calibration", "none", "--workers", "1"]  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, "-m", "harness_gym.cli", *arguments],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    results = out / "results.jsonl"
+    deadline = time.time() + 120
+    while time.time() < deadline and (not results.exists() or len(results.read_text().splitlines()) < 2):
+        time.sleep(0.1)
+    os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C sends the terminal's foreground group
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr[-3000:]
+    assert "--resume" in stderr and str(out) in stderr
+
+
+def test_the_eta_counts_each_role_at_its_own_pace():
+    from harness_gym.bench.runner import RoleEta
+
+    eta = RoleEta(["model"] * 10 + ["reference"] * 200 + ["null"] * 200, workers=2)
+    assert eta.remaining_s() is None and eta.text() == "-"
+    for _ in range(2):
+        eta.finished("model", 60.0)  # the first model episodes are slow (a model loads)
+    assert eta.remaining_s() == 410 * 60.0 / 2 - 2 * 60.0 / 2  # unknown roles borrow the mean so far
+    eta.finished("reference", 2.0)
+    eta.finished("null", 1.0)
+    assert eta.remaining_s() == (8 * 60.0 + 199 * 2.0 + 199 * 1.0) / 2  # not 406 episodes at ~30 s
+    assert eta.text() == "08:58"

@@ -36,8 +36,8 @@ def _configs(choices):
     return [choice.config for choice in choices]
 
 
-def test_full_profile_runs_the_base_the_other_training_and_the_heldout_configurations():
-    base, others = replication.evaluation_harnesses(replication.PROFILES["full"])
+def test_easy_profile_runs_the_base_the_other_training_and_the_heldout_configurations():
+    base, others = replication.evaluation_harnesses(replication.PROFILES["easy"])
     assert (base.env_id, base.config) == (BASE_CONFIG.env_id, BASE_CONFIG.code)
     training, heldout = others[:17], others[17:]
     assert len(training) == 17 and len(heldout) == 18
@@ -59,7 +59,11 @@ def test_small_profile_runs_a_prefix_of_the_full_one_and_is_smaller_everywhere()
         "heldout"
     ] * small.heldout_configs
     assert small_others[: small.training_configs] == full_others[: small.training_configs]
-    assert small_others[small.training_configs :] == full_others[17 : 17 + small.heldout_configs]
+    assert (
+        small_others[small.training_configs :]
+        == full_others[full.training_configs : full.training_configs + small.heldout_configs]
+    )
+    assert len(full_others) == full.training_configs + 18  # every held-out configuration
     sizes = ("pool_tasks", "tasks_per_arm", "eval_tasks", "eval_tasks_base", "training_configs", "heldout_configs")
     for size in sizes:
         assert 0 < getattr(small, size) < getattr(full, size), size

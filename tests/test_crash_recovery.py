@@ -63,7 +63,8 @@ def test_kill_9_of_a_bench_run_then_the_next_run_leaves_nothing(tmp_path):
         bench = _bench(tmp_path / "out", tmpdir)
         deadline = time.monotonic() + 240
         left: dict[str, list[str]] = {}
-        while time.monotonic() < deadline and not left.get("dir"):
+        # an episode's workspace (short-lived folders, a layer's staging say, are registered too)
+        while time.monotonic() < deadline and not any("harness-gym-ws-" in d for d in left.get("dir", [])):
             workers = _children(bench.pid)
             left = {}
             for worker in workers:

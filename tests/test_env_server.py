@@ -289,3 +289,50 @@ def test_serving_beyond_loopback_without_a_token_is_refused():
         env={k: v for k, v in os.environ.items() if k != "HARNESS_GYM_ENV_TOKEN"},
     )
     assert run.returncode != 0 and "without a token" in run.stderr + run.stdout, run.stdout + run.stderr
+
+
+def test_typed_client_and_minted_episode_ids(server):
+    from harness_gym.env_client import HarnessEnvClient, HarnessObservation, HarnessState
+
+    with HarnessEnvClient(base_url=with_token(server.url)).sync() as env:
+        result = env.reset(seed=0, task_id="workspace-organize-logs")
+        assert isinstance(result.observation, HarnessObservation) and result.observation.tools
+        minted = result.observation.info["episode_id"]
+        state = env.state()
+        assert isinstance(state, HarnessState) and state.episode_id == minted and len(minted) == 32
+        assert state.task_id == "workspace-organize-logs" and state.env_id == "Harness-S0T0O0C0W0"
+        bash = result.observation.info["tool_names"]["execute_bash"]
+        result = env.step(call(bash, command="echo typed"))
+        assert "typed" in result.observation.messages[-1]["content"] and result.done is False
+        assert env.step({"role": "assistant", "content": call(bash, command="true")}).observation.info["step"] == 2
+        assert env.state().step_count == 2
+        again = env.reset(seed=1)
+        assert again.observation.info["episode_id"] not in (None, minted)  # a new episode, a new id
+        assert env.reset(seed=2, episode_id="mine-1").observation.info["episode_id"] == "mine-1"
+    with GenericEnvClient(base_url=with_token(server.url)).sync() as plain:
+        plain.reset(seed=0)
+        assert plain.state()["episode_id"]  # minted for OpenEnv's own client too
+
+
+def test_openenv_manifest_and_dockerfile_serve_this_server(tmp_path):
+    import yaml
+
+    folder = Path(__file__).resolve().parent.parent / "deploy" / "openenv"
+    manifest = yaml.safe_load((folder / "openenv.yaml").read_text(encoding="utf-8"))
+    assert manifest["spec_version"] == 1 and manifest["runtime"] == "fastapi" and manifest["name"]
+    module, _, attribute = manifest["app"].partition(":")
+    code = f"import {module} as m; app = m.{attribute}; print(type(app).__name__, app.server is not None)"
+    root = folder.parent.parent
+    env = {**os.environ, "PYTHONPATH": f"{folder}{os.pathsep}{root}", "HARNESS_GYM_ENV": "Harness-S0T0O0C0W0"}
+    env.pop("HARNESS_GYM_ENV_TOKEN", None)
+    refused = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=120)  # fmt: skip
+    assert refused.returncode != 0 and "without a token" in refused.stderr  # a container serves beyond loopback
+    env["HARNESS_GYM_ENV_TOKEN"] = "s3cret"
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0 and done.stdout.split() == ["SessionGate", "True"], done.stderr
+    dockerfile = (folder / "server" / "Dockerfile").read_text(encoding="utf-8")
+    for source in (line.split()[1] for line in dockerfile.splitlines() if line.startswith("COPY ")):
+        assert (root / source).exists(), f"the Dockerfile copies {source}, which the repository lacks"
+    assert f'"{manifest["app"]}"' in dockerfile and str(manifest["port"]) in dockerfile

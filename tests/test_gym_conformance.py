@@ -154,3 +154,48 @@ def test_async_vector_env_leaves_no_shared_files():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120, env={**os.environ})
     after = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     assert not {name for name in after - before if name.startswith("harness-gym-vector-")}
+
+
+def test_check_env_passes_on_the_made_environment_and_its_spec_remakes_it():
+    # check_env's render check remakes the env from env.spec: every wrapper must record its arguments
+    env = gym.make("Harness-S1T2O0C1W2")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*different from the unwrapped version")
+        check_env(env)
+    again = gym.make(env.spec)
+    assert type(again).__name__ == "GradeTruncation" and again.unwrapped.spec_hash == env.unwrapped.spec_hash
+    from_json = gym.make(gym.envs.registration.EnvSpec.from_json(env.spec.to_json()))
+    assert from_json.spec.max_episode_steps == env.spec.max_episode_steps
+    for made in (env, again, from_json):
+        made.close()
+
+
+def test_a_made_environment_pickles_and_a_live_one_is_refused_by_name():
+    import pickle
+
+    env = pickle.loads(pickle.dumps(gym.make("Harness-S0T0O0C0W0")))
+    env.reset(seed=0, options={"task_id": "workspace-organize-logs"})
+    _, _, _, _, info = env.step(call("unknown_tool_name"))
+    assert "unknown tool" in json.dumps(env.unwrapped.messages)  # validators were rebuilt
+    with pytest.raises(TypeError, match="live sandboxes cannot be pickled"):
+        pickle.dumps(env)
+    env.close()
+    assert pickle.loads(pickle.dumps(env)).unwrapped.spec_hash == env.unwrapped.spec_hash
+
+
+def test_an_outside_time_limit_is_reported_and_grade_truncation_outside_it_grades():
+    from harness_gym.wrappers import GradeTruncation
+
+    env = gym.wrappers.TimeLimit(gym.make("Harness-S0T0O0C0W0"), max_episode_steps=1)
+    env.reset(seed=0, options={"task_id": "workspace-organize-logs"})
+    _, reward, _, truncated, info = env.step(call("execute_bash", command="true"))
+    assert truncated and reward == 0.0 and info["graded"] is False  # says what happened
+    _, info = env.reset(seed=1)
+    assert info["previous_episode_ungraded"] is True
+    env.close()
+    graded = GradeTruncation(gym.wrappers.TimeLimit(gym.make("Harness-S0T0O0C0W0"), max_episode_steps=1))
+    graded.reset(seed=0, options={"task_id": "workspace-organize-logs"})
+    _, _, _, truncated, info = graded.step(call("execute_bash", command="true"))
+    assert truncated and info["graded"] is True and info["reward_breakdown"]
+    assert info["truncation_reason"] == "Gymnasium TimeLimit of 1 steps reached"
+    graded.close()

@@ -122,7 +122,7 @@ def test_gem_new_observation_mode_refuses_c1_c2():
 def test_gem_registry_and_async_vector_loop():
     import gem
 
-    from harness_gym.integrations.gem import register_gem_envs
+    from harness_gym.integrations.gem import close_vector_env, register_gem_envs
 
     ids = register_gem_envs()
     assert len(ids) == 243 + 5 and register_gem_envs() == ids  # idempotent
@@ -139,8 +139,25 @@ def test_gem_registry_and_async_vector_loop():
             if t or u:
                 rewards[i] = float(r)
     assert rewards == [1.0, 1.0]
-    for env in vec.envs:
-        env.close()
+    vec.reset(seed=6)
+    harness_envs = [e.env for e in vec.envs]
+    assert all(e.sandbox is not None for e in harness_envs)
+    close_vector_env(vec)  # GEM's vector env has no close() of its own
+    assert all(e.sandbox is None for e in harness_envs)
+
+
+@gem_required
+def test_gem_environments_close_their_sandboxes_when_collected():
+    import gc
+
+    from harness_gym.integrations.gem import HarnessGemEnv
+
+    env = HarnessGemEnv("S0T0O0C0W0", "builtin", task_id=TASK)
+    env.reset(seed=0)
+    inner = env.env
+    del env
+    gc.collect()
+    assert inner.sandbox is None
 
 
 # --------------------------------------------------------------------------- SkyRL-gym

@@ -2,20 +2,23 @@
 ``run_slot``) drives a harness-gym episode through its own ``null`` chat agent program, whose model
 is a scripted OpenAI-compatible endpoint on 127.0.0.1 answering with the reference agent's actions.
 
-verifiers runs its agent program as a uv script: its first run installs ``uv`` and the program's
-dependencies from the package registry (about a minute, once per machine)."""
+verifiers would run its agent program as a uv script, fetching ``uv`` and the program's dependencies
+from the network at first use; harness-gym's player runs it with this interpreter, so the episode is
+run offline here: no uv on PATH, a fresh HOME, every proxy pointing at a closed port."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
 import json
+import os
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
-from conftest import requires_bwrap
+from conftest import readme_block, requires_bwrap
 
 pytestmark = [
     requires_bwrap,
@@ -96,8 +99,46 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
-@pytest.mark.parametrize("harness", ["S1T2O1C0W2", pytest.param("HarnessAdapt-H1", marks=pytest.mark.slow)])
-def test_verifiers_episode_reaches_reward_one(harness, monkeypatch):
+def offline(monkeypatch: pytest.MonkeyPatch, home) -> None:
+    """No uv, a HOME without one, pip without an index, and every download through a closed port."""
+    path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and not (Path(p) / "uv").exists()]
+    monkeypatch.setenv("PATH", os.pathsep.join(path))
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+
+
+def test_readme_programmatic_verifiers_episode_runs_as_printed_offline(monkeypatch, tmp_path, capsys):
+    server = ScriptedModel()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    offline(monkeypatch, tmp_path)
+    monkeypatch.setenv("OPENAI_BASE_URL", f"http://127.0.0.1:{server.server_port}/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "x")
+    monkeypatch.setenv("MODEL", "scripted")
+    try:
+        exec(compile(readme_block("verifiers-programmatic"), "README.md verifiers block", "exec"), {})
+    finally:
+        server.shutdown()
+    assert capsys.readouterr().out.strip().splitlines()[-1] == "[] 1.0"
+    assert server.requests >= 2
+
+
+def test_the_player_program_needs_only_what_the_extra_installs():
+    from verifiers.v1.harnesses.utils.launch import CHAT_PROGRAM_SOURCE
+
+    from harness_gym.integrations.verifiers_player import missing_dependencies, script_dependencies
+
+    wanted = script_dependencies(CHAT_PROGRAM_SOURCE)
+    assert "mcp==2.0.0" in wanted and missing_dependencies(wanted) == []
+    assert missing_dependencies(["no-such-package-hg30", "pytest==0.0.1"])[0] == "no-such-package-hg30"
+    assert missing_dependencies(["pytest==0.0.1"])[0].startswith("pytest==0.0.1 (installed: ")
+
+
+@pytest.mark.parametrize("harness", [pytest.param("HarnessAdapt-H1", marks=pytest.mark.slow)])
+def test_verifiers_episode_reaches_reward_one(harness, monkeypatch, tmp_path):
     import verifiers.v1 as vf
 
     from harness_gym.integrations.verifiers import HarnessEnvConfig, HarnessVerifiersEnv
@@ -105,6 +146,7 @@ def test_verifiers_episode_reaches_reward_one(harness, monkeypatch):
     server = ScriptedModel()
     threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.setenv("SCRIPTED_API_KEY", "x")
+    offline(monkeypatch, tmp_path)
     config = HarnessEnvConfig(
         taskset={"id": "harness-gym-verifiers", "harness": harness, "suite": "builtin",
                  "task_ids": [TASK]},

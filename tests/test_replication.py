@@ -3,11 +3,12 @@ equal budgets, evaluation is held out from training by seed and template, the ma
 prefix cache agree with plain transformers; ``--small`` end to end behind the slow marker."""
 
 import json
+import math
 
 import pytest
 from conftest import requires_bwrap
 
-from harness_gym.design import TRAINING_SET, heldout_set
+from harness_gym.design import TRAINING_SET, heldout_set, random_training_set
 from harness_gym.records import classify_config
 from harness_gym.replication.data import (
     ARMS,
@@ -144,7 +145,11 @@ def test_small_profile_end_to_end(tmp_path):
     assert main(["--small", "--quiet", "--out", str(tmp_path / "out"), "--work", str(tmp_path / "work")]) == 0
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     assert results["data"]["base"]["trained_tokens"] == results["data"]["oa18"]["trained_tokens"]
-    assert set(results["models"]) == {"untrained", "base", "oa18"}
+    assert set(results["models"]) == {"untrained", "base", "oa18", "base/seed0", "oa18/seed0"}
+    assert (
+        set(results["over_seeds"]) == {"base", "oa18"}
+        and "heldout_templates" in results["models"]["base"]["eval_classes"]
+    )
     assert results["models"]["untrained"]["episodes"] > 0  # the base harness only in --small
     for arm in ("base", "oa18"):
         entry = results["models"][arm]
@@ -152,7 +157,8 @@ def test_small_profile_end_to_end(tmp_path):
         assert entry["tool_call_rate"] is not None
     for name in ("report.md", "pass_by_class.png", "gap_by_arm.png", "factor_effects.png"):
         assert (tmp_path / "out" / name).stat().st_size > 0
-    assert (tmp_path / "work" / "small" / "model-oa18" / "config.json").exists()
+    assert (tmp_path / "work" / "small" / "model-oa18-seed0" / "config.json").exists()  # checkpoints kept
+    assert results["timings_s"] and not results["reused_stages"]
 
 
 def _episode(task: str, config: HarnessConfig, passed: bool) -> dict:
@@ -187,3 +193,150 @@ def test_the_gap_interval_carries_the_configurations_variation():
     assert entry["classes"]["training"]["episodes"] is None and entry["classes"]["heldout"]["pass_at_1"] is None
     both = model_entry(model_summary(base + heldout, resamples=200))
     assert both["classes"]["heldout"]["pass_at_1"] == pytest.approx(1 / 9) and both["main_effects"]
+
+
+# ----------------------------------------------------------------- the instrument: arms, seeds, classes
+
+
+def test_every_arm_spec_runs_each_task_twice_in_its_harnesses():
+    from harness_gym.replication.data import ARM_SPECS
+
+    ids = [f"t{i}" for i in range(12)]
+    for name, spec in ARM_SPECS.items():
+        pairs = spec.pairs(ids, seed=1)
+        assert [t for t, _ in pairs] == [t for t in ids for _ in range(spec.trajectories)], name  # in a row
+    harness = {n: [getattr(h, "env_id", h) for _, h in ARM_SPECS[n].pairs(ids)] for n in ARM_SPECS}
+    assert set(harness["base"]) == {BASE_CONFIG.env_id}
+    assert set(harness["h1"]) == {"HarnessAdapt-H1"}
+    assert ARM_SPECS["oa18-k1"].trajectories == 1 and len(ARM_SPECS["oa18-k1"].pairs(ids)) == 12
+    k4 = ARM_SPECS["oa18-k4"].pairs(ids)
+    assert all(len({c for _, c in k4[i : i + 4]}) == 4 for i in range(0, len(k4), 4))  # 4 distinct per task
+    oa18 = ARM_SPECS["oa18"].pairs(ids)
+    assert all(a != b for (_, a), (_, b) in zip(oa18[::2], oa18[1::2], strict=True))
+    assert {c for _, c in ARM_SPECS["random18"].pairs(ids)} <= set(random_training_set(18, 0))
+
+
+def _examples(sizes, harness="h"):
+    return [Example(tuple(range(n + 1)), (False,) + (True,) * n, harness, f"t{i // 2}") for i, n in enumerate(sizes)]
+
+
+def test_trimming_is_proportional_and_exact():
+    from harness_gym.replication.data import trim_to
+
+    examples = _examples([10, 30, 60])
+    trimmed, excess = trim_to(examples, 80)
+    assert excess == 20 and sum(e.trained_tokens for e in trimmed) == 80
+    assert [e.trained_tokens for e in trimmed] == [8, 24, 48]  # each loses its share, from its end
+    assert trimmed[0].trained[-2:] == (False, False) and trimmed[0].trained[1]
+    with pytest.raises(ValueError, match="cannot trim"):
+        trim_to(examples, 101)
+
+
+def test_every_arm_keeps_the_same_tasks_and_equal_budgets():
+    from harness_gym.replication.data import ArmData, equalise_same_tasks
+
+    ids = ["t0", "t1", "t2"]
+    pools = {
+        "base": [_examples([5, 5], "A")[:2], _examples([6, 6], "A"), _examples([7, 7], "A")],
+        "oa18": [_examples([9, 4], "B"), _examples([8, 8], "B"), _examples([1, 1], "B")],
+    }
+    arms = equalise_same_tasks(pools, ids, 2)
+    assert arms["base"].task_ids == arms["oa18"].task_ids == ["t0", "t1"]
+    assert arms["base"].trained_tokens == arms["oa18"].trained_tokens == 22
+    assert (arms["base"].trimmed_tokens, arms["oa18"].trimmed_tokens) == (0, 7)
+    again = ArmData.from_json(json.loads(json.dumps(arms["oa18"].to_json())))
+    assert again.examples == arms["oa18"].examples and again.summary() == arms["oa18"].summary()
+    # K=1 keeps twice the tasks, K=4 half: the same trajectories either way
+    k1 = [[e] for e in _examples([3, 3, 3, 3, 3, 3], "C")]
+    k4 = [_examples([2, 2, 2, 2], "D")]
+    mixed = equalise_same_tasks({"base": pools["base"], "k1": k1, "k4": k4}, ["t0", "t1", "t2", "t3"], 2)
+    assert [len(mixed[n].task_ids) for n in ("base", "k1", "k4")] == [2, 4, 1]
+    assert {a.trajectories for a in mixed.values()} == {4} and len({a.trained_tokens for a in mixed.values()}) == 1
+    with pytest.raises(ValueError, match="cannot keep 4 trajectories"):
+        equalise_same_tasks({"base": pools["base"][:1], "oa18": pools["oa18"]}, ids, 2)
+
+
+def test_ladder_evaluation_is_held_out_by_seed_words_and_template():
+    from harness_gym.replication.data import ladder_suite
+
+    training = load_tasks(ladder_suite(7, 12))
+    tasks, _ = evaluation_tasks(ladder_suite(1007, 12, words="heldout"), training)
+    assert {t.metadata["words"] for t in tasks} == {"heldout"}
+    with pytest.raises(ValueError, match="held-out templates"):
+        check_held_out(load_tasks(ladder_suite(3, 12, templates="all")), tasks)
+
+
+def _record(config: str, steps: int, passed: bool, klass: str = "heldout") -> dict:
+    parsed = HarnessConfig.parse(config)
+    return {
+        "episode_id": f"{config}|t{steps}|0", "harness": parsed.env_id, "config": parsed.code, "class": klass,
+        "task_id": f"t{steps}-{passed}", "passed": passed, "outcome": "passed" if passed else "failed",
+        "steps": steps, "role": "model", "eval_class": klass,
+    }  # fmt: skip
+
+
+def test_factor_effects_count_only_episodes_where_the_factor_acted():
+    from harness_gym.replication.evaluate import acted_effects
+
+    # C2 folds after 5 turns, seen from step 7: short episodes say nothing about C
+    records = [_record("S0T0O0C0W0", 2, True), _record("S0T0O0C2W0", 2, False)]
+    records += [_record("S0T0O0C0W0", 8, True), _record("S0T0O0C2W0", 8, True)]
+    effects = acted_effects(records)
+    assert effects["C"]["after_steps"] == 6 and effects["C"]["acted"] == 2 and effects["C"]["share"] == 0.5
+    assert effects["C"]["effects"]["0"] == effects["C"]["effects"]["2"] == 0.0  # no C effect where C acted
+    assert effects["S"]["acted"] == 4 and effects["O"]["acted"] == 4
+
+
+def test_seed_intervals_and_class_figures():
+    from harness_gym.replication.evaluate import class_figures, over_seeds
+
+    figures = over_seeds([0.5, 0.6, 0.7])
+    assert figures["mean"] == pytest.approx(0.6) and figures["seeds"] == 3
+    assert figures["ci95"][0] == pytest.approx(0.6 - 4.303 * 0.1 / 3**0.5)
+    assert math.isnan(over_seeds([0.5])["ci95"][0])
+    records = [_record("S0T0O0C0W0", 2, True, "base"), _record("S2T2O2C2W2", 2, False, "heldout_renamed")]
+    classes = class_figures(records, resamples=50)
+    assert classes["base"]["pass_at_1"] == 1.0 and classes["heldout_renamed"]["pass_at_1"] == 0.0
+
+
+def test_a_reused_stage_reports_the_time_that_produced_it(capsys):
+    from benchmarks.replication import Stages
+
+    stages = Stages(2)
+    stages.start("sft")
+    stages.finish(produced_s=700.0)  # a kept checkpoint: read back at once, trained in 700 s
+    stages.start("bench")
+    stages.finish()
+    assert stages.times["sft"] == 700.0 and stages.reused == ["sft"] and stages.times["bench"] < 5
+    assert "produced in 700s" in capsys.readouterr().out
+
+
+def test_the_profiles_plan_their_classes_and_estimate_their_cost():
+    from benchmarks.replication import PROFILES, estimate_cost, eval_runs
+
+    full = {r.klass: r for r in eval_runs(PROFILES["full"], trained=True)}
+    assert set(full) == {"base", "training", "heldout", "heldout_renamed", "presets", "heldout_templates"}
+    assert dict(full["heldout_renamed"].env_options) == {"resample_names": True}
+    assert {h.klass for h in full["presets"].harnesses} == {"out_of_space"}
+    assert [r.klass for r in eval_runs(PROFILES["full"], trained=False)] == ["base"]
+    assert PROFILES["full"].arms == ("base", "oa18") and len(PROFILES["full"].training_seeds) >= 3
+    assert set(PROFILES["ablation"].arms) >= {"random18", "oa18-k1", "oa18-k4", "h1"}
+    costs = {name: estimate_cost(PROFILES[name])["total_s"] for name in ("small", "full", "ablation")}
+    assert costs["small"] < costs["full"] < costs["ablation"]
+
+
+@requires_bwrap
+def test_every_arm_records_the_same_ladder_tasks(tokenizer, tmp_path):
+    """The real data step (reference agent in sandboxes, SFT export, tokenizer) for all six arms."""
+    from harness_gym.replication.data import ARM_SPECS, equalise_same_tasks, ladder_suite, record_arm_pools
+
+    suite = ladder_suite(5, 4, rungs="2")
+    specs = list(ARM_SPECS.values())
+    pools, ids = record_arm_pools(suite, specs, lambda row: tokenize_row(row, tokenizer), trajectories=4)
+    assert {n: len(p) for n, p in pools.items()}["oa18-k4"] == 1  # only what 4 trajectories need
+    arms = equalise_same_tasks(pools, ids, 2)
+    assert {a.trajectories for a in arms.values()} == {4}
+    assert len({a.trained_tokens for a in arms.values()}) == 1
+    assert arms["base"].task_ids == arms["oa18"].task_ids == arms["h1"].task_ids == ids[:2]
+    assert len(arms["oa18-k1"].task_ids) == 4 and len(arms["oa18-k4"].task_ids) == 1
+    assert set(arms["h1"].harness_counts) == {"HarnessAdapt-H1"}

@@ -2,11 +2,14 @@
 repository at /testbed, hidden tests at /r2e_tests, and pytest copied in (no registry needed)."""
 
 import json
+import re
 
 import pytest
 from conftest import SWE_TEST_PATCH
 
 from harness_gym import HarnessEnv
+from harness_gym.sandboxes.base import SandboxError
+from harness_gym.sandboxes.docker_support import extract_image_path, missing_image
 from harness_gym.tasks import validate_suite
 from harness_gym.tasks.swebench import swebench_image
 
@@ -67,8 +70,27 @@ def finish(env):
 
 
 def test_image_naming():
-    assert swebench_image("django__django-11099") == "sweb.eval.x86_64.django_1776_django-11099:latest"
-    assert swebench_image("Foo__bar-1", "arm64") == "sweb.eval.arm64.foo_1776_bar-1:latest"
+    # SWE-bench publishes its images as swebench/sweb.eval...; a local build of its harness drops the prefix
+    assert swebench_image("django__django-11099") == "swebench/sweb.eval.x86_64.django_1776_django-11099:latest"
+    assert swebench_image("Foo__bar-1", "arm64") == "swebench/sweb.eval.arm64.foo_1776_bar-1:latest"
+    local = "sweb.eval.x86_64.django_1776_django-11099:latest"
+    assert swebench_image("django__django-11099", present={local}) == local
+    assert swebench_image("django__django-11099", present={local, f"swebench/{local}"}) == f"swebench/{local}"
+
+
+def test_a_missing_image_says_what_to_pull_or_build():
+    docker = pytest.importorskip("docker")
+    error = missing_image("swebench/sweb.eval.x86_64.a_1776_b-1:latest", docker.errors.ImageNotFound("No such image"))
+    assert "docker pull swebench/sweb.eval.x86_64.a_1776_b-1:latest" in str(error)
+    assert "tagged sweb.eval.x86_64.a_1776_b-1:latest" in str(error) and "either name" in str(error)
+    assert "docker pull other:1" in str(missing_image("other:1", docker.errors.ImageNotFound("gone")))
+    assert missing_image("other:1", RuntimeError("engine hung up")) is None
+
+
+def test_a_missing_image_is_reported_by_the_engine_path(docker_engine, tmp_path):
+    host, _ = docker_engine
+    with pytest.raises(SandboxError, match=re.escape("docker pull swebench/sweb.eval.x86_64.none_1776_here-1:latest")):
+        extract_image_path("swebench/sweb.eval.x86_64.none_1776_here-1:latest", "/testbed", tmp_path, host)
 
 
 def test_swebench_instance_resolved_only_by_a_real_fix(datasets):

@@ -554,3 +554,15 @@ def test_clawgym_graders_run_python_and_pytest_in_their_world(clawgym_pytest_tas
         assert terminated and info["grader_error"] is None, env.last_grade.log
         assert reward == expected, env.last_grade.log
     env.close()
+
+
+def test_a_task_whose_grader_calls_an_interpreter_the_world_lacks_is_refused_by_name(tmp_path, clawgym_world):
+    from harness_gym.worlds import WorldError
+
+    task = tmp_path / "suite" / "task_0199"
+    write(task / "data_entry.json", json.dumps({"task_id": "task_0199", "user_query": "Fix the Ruby script."}))
+    write(task / "input_files" / "app.rb", "puts 1\n")
+    write(task / "reward" / "check.rb", "puts 1.0\n")
+    write(task / "reward" / "reward.sh", "#!/bin/bash\nset -e\ncd reward && ruby check.rb\n", 0o755)
+    with pytest.raises(WorldError, match=r"task task_0199: its grader calls ruby, which world 'clawgym' does not"):
+        HarnessEnv(tasks=f"clawgym:{tmp_path / 'suite'}")

@@ -192,6 +192,7 @@ def test_bad_recipes_are_refused_before_anything_starts(tmp_path, capsys):
         (write_recipe(tmp_path, openrlhf__rollout__batch_size=32), "must equal rollout.batch_size"),
         (write_recipe(tmp_path, openrlhf__actor__learning_rate=1e-6), "OpenRLHF has no flag --actor.learning_rate"),
         (write_recipe(tmp_path, openrlhf__ds__param_dtype="fp8"), "invalid choice: 'fp8'"),
+        (write_recipe(tmp_path, openrlhf__ds__enable_sleep=False), "(ds.enable_sleep: true)"),
     ]
     for path, message in cases:
         assert main([str(path), "--dry-run"]) == 2, message
@@ -235,3 +236,36 @@ def test_training_metrics_from_the_rollout_log(tmp_path, capsys):
     assert png.read_bytes()[:4] == b"\x89PNG"
     assert "pass 0.375" in capsys.readouterr().out
     assert metrics_main([str(Path(tmp_path) / "missing.jsonl")]) == 2
+
+
+def readme_launch_commands() -> list[list[str]]:
+    """The ``python -m trainers.launch`` commands of README's replication GPU block, as argv lists."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("## Replicating the specialisation gap") :]
+    block = section[section.index("**On GPUs**") :].split("```bash", 1)[1].split("```", 1)[0]
+    joined = block.replace("\\\n", " ")
+    commands = [shlex.split(line, comments=True) for line in joined.splitlines()]
+    return [words[3:] for words in commands if words[:3] == ["python", "-m", "trainers.launch"]]
+
+
+def test_the_readme_gpu_arms_pass_their_real_dataset_step(tmp_path):
+    """README's arm-A command once passed ``--dry-run`` but failed at the dataset step (locality
+    assignment over the single base configuration): each command's dataset is built for real here."""
+    commands = readme_launch_commands()
+    assert len(commands) == 2
+    trained = []
+    for argv in commands:
+        sets = [argv[i + 1] for i, word in enumerate(argv) if word == "--set"]
+        recipe = load_recipe(argv[0], sets)
+        launch = plan(recipe, output_dir=tmp_path / "run", check=False)
+        settings = {**launch.recipe["dataset"], "max_steps": 4}  # the first batch's steps suffice
+        rows = ds.build(settings)
+        assert len(rows) == 4 * settings["tasks_per_step"]
+        trained.append({lab["harness"] for lab in labels(rows)})
+    assert len(trained[0]) == 1 and len(trained[1]) > 1  # arm A: the base harness only; arm B: several
+
+
+def test_locality_over_a_single_configuration_is_refused_at_load():
+    with pytest.raises(RecipeError, match=r"dataset\.assignment=repeat"):
+        load_recipe("harness-scaling-grpo", ["dataset.training_set=base"])
+    load_recipe("harness-scaling-grpo", ["dataset.training_set=base", "dataset.assignment=repeat"])

@@ -233,3 +233,15 @@ def test_swebench_instance_on_an_image_made_from_a_world(docker_engine, clawgym_
     _, reward, _, _, info = finish(env)
     env.close()
     assert reward == 1.0, (info["reward_breakdown"], env.last_grade.log)
+
+
+def test_interpreters_a_grader_calls_are_found_where_commands_start(tmp_path):
+    from harness_gym.worlds import grader_scripts, interpreters_called
+
+    (tmp_path / "reward.sh").write_text("#!/bin/bash\nset -e\nif true; then ruby check.rb; fi\nout=$(php -r 1)\n")
+    (tmp_path / "check.js").write_text("#!/usr/bin/env node\nconsole.log(1)\n")
+    (tmp_path / "notes.txt").write_text("ruby php perl\n")  # data, not a script
+    (tmp_path / "data.py").write_text("print('run perl here')\n")  # not at a command's position
+    texts = grader_scripts("timeout 60 perl grade.pl && python3 -m pytest", [tmp_path])
+    assert interpreters_called(texts) == {"bash", "ruby", "php", "node", "perl", "python3"}
+    assert interpreters_called(["echo rubyist; cat php.ini"]) == set()

@@ -18,6 +18,7 @@ import jsonschema
 import yaml
 
 from harness_gym import doctor
+from harness_gym.design import training_set
 from harness_gym.errors import HarnessGymError
 from trainers.dataset import build, write_dataset
 from trainers.executor_settings import SETTINGS_ENV, ExecutorSettings
@@ -113,17 +114,41 @@ def check_consistency(recipe: Mapping[str, Any], where: str) -> None:
         raise RecipeError(f"{where}: PPO uses the critic's GAE (algo.advantage.estimator: gae), not {estimator!r}")
     if flags.get("algo.dynamic_filtering_enable") and samples < 2:
         raise RecipeError(f"{where}: dynamic filtering drops all-pass/all-fail groups; it needs n_samples ≥ 2")
+    if flags.get("train.colocate_all") and flags.get("vllm.enable_sleep") and not flags.get("ds.enable_sleep"):
+        raise RecipeError(
+            f"{where}: a colocated run that sleeps vLLM between phases must sleep DeepSpeed too "
+            "(ds.enable_sleep: true), or the actor keeps its memory while vLLM generates"
+        )
     dataset = recipe["dataset"]
     if recipe["kind"] == "harness-scaling" and dataset["kind"] != "schedule":
         raise RecipeError(f"{where}: Harness Scaling trains on a schedule dataset, not {dataset['kind']!r}")
     if recipe["kind"] == "harnessadapt" and dataset["kind"] != "harness":
         raise RecipeError(f"{where}: HarnessAdapt trains on one harness at a time (dataset kind: harness)")
+    if dataset["kind"] == "schedule":
+        _check_assignment(dataset, where)
     tasks_per_step = dataset.get("tasks_per_step")
     batch = flags.get("rollout.batch_size")
     if tasks_per_step and batch and tasks_per_step != batch:
         raise RecipeError(
             f"{where}: dataset.tasks_per_step ({tasks_per_step}) must equal rollout.batch_size ({batch}), or the "
             "schedule's steps do not line up with OpenRLHF's"
+        )
+
+
+def _check_assignment(dataset: Mapping[str, Any], where: str) -> None:
+    """Locality-aware assignment needs K different configurations per task (the anchor and its K-1
+    nearest): a single-configuration set such as ``base`` has none, and the dataset step would fail
+    on the cluster after ``--dry-run`` had passed."""
+    try:
+        configs = training_set(dataset.get("training_set", "oa18"), int(dataset.get("seed", 0)))
+    except ValueError as exc:
+        raise RecipeError(f"{where}: dataset.training_set: {exc}") from None
+    k, assignment = int(dataset.get("k", 2)), dataset.get("assignment", "locality")
+    if assignment == "locality" and k > len(configs):
+        raise RecipeError(
+            f"{where}: dataset.assignment=locality gives each task K={k} different configurations, but "
+            f"training_set={dataset.get('training_set', 'oa18')} has {len(configs)}; use "
+            "dataset.assignment=repeat (the same configuration K times) or a smaller dataset.k"
         )
 
 

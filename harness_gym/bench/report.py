@@ -510,6 +510,17 @@ def render_markdown(summary: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def class_bars(summary: Mapping[str, Any]) -> dict[str, list[float | None]]:
+    """The bars of classes.png, per harness class: the model's Pass@1, then each calibration agent's
+    (reference, null, ...) on the same harnesses, so a model at 0% still shows what the harnesses allow."""
+    names = list(summary["classes"])
+    bars: dict[str, list[float | None]] = {"model": [summary["classes"][n]["pass_at_1"] for n in names]}
+    for name, row in (summary.get("calibration") or {}).items():
+        if name != "model":
+            bars[name] = [row["classes"].get(n) for n in names]
+    return bars
+
+
 def write_plots(summary: Mapping[str, Any], out_dir: Path) -> list[Path]:
     """factor_effects.png (heatmap) and classes.png (bars with 95% CIs); none without matplotlib."""
     try:
@@ -521,15 +532,26 @@ def write_plots(summary: Mapping[str, Any], out_dir: Path) -> list[Path]:
         return []
     paths = []
     if summary["classes"]:
-        fig, ax = plt.subplots(figsize=(6, 3.5))
         names = list(summary["classes"])
-        values = [100 * summary["classes"][n]["pass_at_1"] for n in names]
-        low = [v - 100 * summary["classes"][n]["ci95"][0] for v, n in zip(values, names, strict=True)]
-        high = [100 * summary["classes"][n]["ci95"][1] - v for v, n in zip(values, names, strict=True)]
-        ax.bar(names, values, yerr=[low, high], capsize=4, color="#4c72b0")
+        series = class_bars(summary)
+        width = 0.8 / len(series)
+        fig, ax = plt.subplots(figsize=(6.5, 3.5))
+        colours = ["#4c72b0", "#55a868", "#c44e52", "#8172b2", "#ccb974"]
+        for index, (label, values) in enumerate(series.items()):
+            positions = [i - 0.4 + width * (index + 0.5) for i in range(len(names))]
+            heights = [np.nan if v is None else 100 * v for v in values]
+            errors = None
+            if index == 0:  # the model's own bars carry their 95% intervals
+                low = [h - 100 * summary["classes"][n]["ci95"][0] for h, n in zip(heights, names, strict=True)]
+                high = [100 * summary["classes"][n]["ci95"][1] - h for h, n in zip(heights, names, strict=True)]
+                errors = [low, high]
+            ax.bar(positions, heights, width, yerr=errors, capsize=3, label=label, color=colours[index % len(colours)])
+        ax.set_xticks(range(len(names)), names)
         ax.set_ylabel("Pass@1 (%)")
-        ax.set_ylim(0, 100)
-        ax.set_title("Pass@1 by harness class (95% bootstrap CI)")
+        ax.set_ylim(0, 105)
+        ax.set_title("Pass@1 by harness class (model: 95% bootstrap CI)")
+        if len(series) > 1:
+            ax.legend(fontsize=8)
         fig.tight_layout()
         paths.append(out_dir / "classes.png")
         fig.savefig(paths[-1], dpi=120)

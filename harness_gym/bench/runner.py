@@ -35,6 +35,43 @@ from harness_gym.tasks import Task, load_tasks
 CALIBRATION = ("reference", "null")  # agents whose Pass@1 is known: 1.0 and 0.0 in every harness
 
 
+class RoleEta:
+    """Time left, estimated per role: the episodes left of each role (the model, each calibration
+    agent) times that role's mean episode time so far, over the workers. A role with no finished
+    episode yet borrows the mean of all roles."""
+
+    def __init__(self, roles: Sequence[str], workers: int) -> None:
+        self.left: dict[str, int] = {}
+        for name in roles:
+            self.left[name] = self.left.get(name, 0) + 1
+        self.workers = max(int(workers), 1)
+        self.seconds: dict[str, list[float]] = {}
+
+    def finished(self, name: str, episode_s: float) -> None:
+        self.left[name] = max(self.left.get(name, 0) - 1, 0)
+        self.seconds.setdefault(name, []).append(max(episode_s, 0.0))
+
+    def remaining_s(self) -> float | None:
+        """Seconds left, or None before any episode finished."""
+        every = [s for values in self.seconds.values() for s in values]
+        if not every:
+            return None
+        overall = sum(every) / len(every)
+        total = 0.0
+        for name, left in self.left.items():
+            values = self.seconds.get(name)
+            total += left * (sum(values) / len(values) if values else overall)
+        return total / self.workers
+
+    def text(self) -> str:
+        seconds = self.remaining_s()
+        if seconds is None:
+            return "-"
+        minutes, secs = divmod(round(seconds), 60)
+        hours, minutes = divmod(minutes, 60)
+        return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
+
+
 class EpisodeFailure(BenchError):
     """An exception while running an episode, with the part that raised it: ``agent``, ``endpoint``, ``env`` or ``grader``."""
 
@@ -357,6 +394,7 @@ class BenchRunner:
         finished = errors = passed = model_finished = 0
         error_messages: dict[str, int] = {}
         started = time.perf_counter()
+        eta = RoleEta([p.role for p in todo], self.workers)
         self._stop.clear()
         with tqdm(
             total=len(plan),
@@ -365,6 +403,9 @@ class BenchRunner:
             desc="bench",
             disable=not self.progress,
             dynamic_ncols=True,
+            # tqdm's own ETA assumes every episode takes the mean so far: a few slow model episodes
+            # then predict hours for hundreds of quick calibration ones. RoleEta's replaces it.
+            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]",
         ) as bar:
             for record in self._execute(work, todo):
                 record["mutation_score"] = self.mutation_scores.get(record.get("task_id", ""))
@@ -377,8 +418,12 @@ class BenchRunner:
                 if record.get("role", "model") == "model":
                     model_finished += 1
                     passed += bool(record.get("passed"))
+                eta.finished(
+                    str(record.get("role", "model")), float((record.get("durations") or {}).get("episode_s", 0.0))
+                )
                 bar.update()
                 bar.set_postfix(
+                    eta=eta.text(),
                     pass_rate=f"{passed / model_finished:.2f}" if model_finished else "-",
                     errors=errors,
                     eps=f"{finished / max(time.perf_counter() - started, 1e-9):.2f}/s",

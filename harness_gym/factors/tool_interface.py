@@ -209,9 +209,7 @@ class ToolInterface:
                 tool_role(entry),
             )
             self.tools[tool.name] = tool
-            key = json.dumps(tool.parameters, sort_keys=True)
-            self._validators[tool.name] = _validator(key)
-            self._fast_checks[tool.name] = _fast_check(key)
+        self._compile()
         finishing = [t.name for t in self.tools.values() if t.role == "finish"]
         self.stop_when_no_tool_call = bool(spec.get("stop_when_no_tool_call"))
         if len(finishing) > 1 or (not finishing and not self.stop_when_no_tool_call):
@@ -220,6 +218,23 @@ class ToolInterface:
             )
         self.finish_name: str | None = finishing[0] if finishing else None
         self._schemas = [t.schema() for t in self.tools.values()]
+
+    def _compile(self) -> None:
+        """The validators and fast checks of every tool's schema (cached per schema)."""
+        for tool in self.tools.values():
+            key = json.dumps(tool.parameters, sort_keys=True)
+            self._validators[tool.name] = _validator(key)
+            self._fast_checks[tool.name] = _fast_check(key)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without the compiled checks (jsonschema's validators hold local functions, which
+        ``pickle`` refuses); :meth:`__setstate__` compiles them again from the schemas."""
+        return {k: v for k, v in self.__dict__.items() if k not in ("_validators", "_fast_checks")}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._validators, self._fast_checks = {}, {}
+        self._compile()
 
     def schemas(self) -> list[dict[str, Any]]:
         """OpenAI function schemas, fresh copies (observations must not share objects)."""

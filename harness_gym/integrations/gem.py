@@ -14,10 +14,14 @@ observation is the policy's whole next prompt: the harness's context rendered in
     env = gem.make("harness_gym/Harness-S1T2O0C1W2", tasks="builtin:train")
     observation, info = env.reset(seed=0)
     observation, reward, terminated, truncated, info = env.step(model(observation))
+
+GEM's own vector envs have no ``close()``: :func:`close_vector_env` closes their sub-environments,
+and each environment also closes its sandboxes by finalizer when collected (or at exit).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -81,6 +85,7 @@ class HarnessGemEnv(gem.Env):
         except ValueError:
             self.env.close()
             raise
+        self._closer = weakref.finalize(self, self.env.close)  # a vector env GEM never closes
         self.tokenizer = tokenizer
         self.tool_format = tool_format
         self.observation_mode = observation
@@ -114,6 +119,15 @@ class HarnessGemEnv(gem.Env):
 
     def close(self) -> None:
         self.env.close()
+
+
+def close_vector_env(vector_env: Any) -> None:
+    """Close every sub-environment of a GEM vector env (``gem.make_vec``), which has no ``close()``
+    of its own: their sandboxes would otherwise live until the process exits."""
+    for env in getattr(vector_env, "envs", ()):
+        close = getattr(env, "close", None)
+        if callable(close):
+            close()
 
 
 def register_gem_envs(namespace: str = NAMESPACE) -> list[str]:

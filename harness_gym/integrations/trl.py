@@ -23,6 +23,7 @@ from __future__ import annotations
 import inspect
 import json
 import keyword
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from types import GenericAlias
 from typing import Any
@@ -151,6 +152,9 @@ class HarnessToolEnvironment:
 
     def __init__(self) -> None:
         self._env: HarnessEnv = make_env(self._harness, self._tasks, **self._env_options)
+        # a finalizer, not __del__: it runs when the instance is collected or, at the latest, at exit
+        # before the interpreter tears its modules down (a __del__ then raised TypeError tracebacks)
+        self._closer = weakref.finalize(self, self._env.close)
         self._turns: list[dict[str, Any]] | None = None  # the rollout's messages, from HarnessGRPOTrainer
         self._text_turn: int | None = None  # id of the assistant message whose text was handed on
         self._reward: float | None = None
@@ -227,11 +231,6 @@ class HarnessToolEnvironment:
         messages = info["new_messages"]
         # the tool's answer first; hook, workflow and budget messages follow it in the same result
         return "\n\n".join(m["content"] for m in messages if m.get("content"))
-
-    def __del__(self) -> None:
-        env = getattr(self, "_env", None)
-        if env is not None:
-            env.close()
 
 
 def environment_factory(

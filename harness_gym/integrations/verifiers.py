@@ -4,8 +4,11 @@ The taskset yields one task per (task, seed) with the harness's opening context;
 steps harness-gym host-side as the run's user, like verifiers' own TextArena env: each assistant
 reply is one environment step (tools described in the system prompt, calls parsed from the reply,
 so the whole reply reaches the W plan gate), and what the harness answered comes back as the next
-user turn. The player is verifiers' tool-less ``null`` chat harness in the subprocess runtime.
-verifiers only appends, so C1/C2 harnesses are refused.
+user turn. The player is verifiers' tool-less ``null`` chat program in the subprocess runtime, run by
+:class:`HarnessPlayer` with this interpreter: verifiers would fetch ``uv`` and resolve the program's
+dependencies from the network at first use, which fails offline (the episode errored with an empty
+reward); the ``verifiers`` extra installs those dependencies, so nothing is downloaded. verifiers
+only appends, so C1/C2 harnesses are refused.
 
     vf-eval harness-gym-verifiers --env.taskset.harness S1T2O0C0W1 ...
 """
@@ -28,7 +31,9 @@ try:
 except ImportError as exc:  # pragma: no cover - the extra is missing
     raise ImportError('the verifiers adapter needs verifiers: pip install "harness-gym[verifiers]"') from exc
 
-__all__ = ["HarnessTaskset", "HarnessVerifiersEnv"]
+from harness_gym.integrations.verifiers_player import PLAYER_ID, HarnessPlayer
+
+__all__ = ["HarnessPlayer", "HarnessTaskset", "HarnessVerifiersEnv"]
 
 
 class HarnessTasksetConfig(vf.TasksetConfig):
@@ -79,7 +84,7 @@ class HarnessTaskset(vf.Taskset[HarnessTask, HarnessTasksetConfig]):
 
 
 class HarnessEnvConfig(vf.EnvConfig):
-    player: vf.AgentConfig = vf.AgentConfig(harness={"id": "null"}, runtime=vf.SubprocessConfig())
+    player: vf.AgentConfig = vf.AgentConfig(harness={"id": PLAYER_ID}, runtime=vf.SubprocessConfig())
 
 
 class HarnessVerifiersEnv(vf.Env[HarnessEnvConfig]):

@@ -22,11 +22,14 @@ import numpy as np
 from harness_gym.agents.huggingface import HFAgent
 from harness_gym.bench.report import cluster_bootstrap, crossed_draws, outcome_cells, summarize
 from harness_gym.bench.runner import BenchRunner, HarnessChoice
+from harness_gym.factors.levels import level_fragment
 from harness_gym.records import load_records
 from harness_gym.space import BASE_CONFIG
 from harness_gym.tasks import Task
 
 MIN_SHARED_PREFIX = 32  # shorter common prefixes are not worth a cache copy
+# Student's t 0.975 quantiles by degrees of freedom (index 0 unused): intervals over a few seeds
+T_975 = (float("nan"), 12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
 
 
 class PrefixCachingModel:
@@ -105,8 +108,10 @@ def run_bench(
     max_new_tokens: int,
     label: str,
     progress: bool = True,
+    env_options: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """Bench one model; its episode records (each tagged with the model's label)."""
+    """Bench one model; its episode records (each tagged with the model's label). ``env_options``
+    beyond the step budget: e.g. ``resample_names`` for unseen tool aliases and opaque ids."""
     runner = BenchRunner(
         hf_agent_factory(model_dir, max_new_tokens=max_new_tokens),
         harnesses,
@@ -116,7 +121,7 @@ def run_bench(
         workers=1,
         seed=seed,
         resume=True,
-        env_options={"max_steps": max_steps},
+        env_options={**(env_options or {}), "max_steps": max_steps},
         save_trajectories=True,
         progress=progress,
         agent_info={"agent": "hf", "model": str(model_dir), "label": label, "tool_mode": "hermes", "greedy": True},
@@ -162,3 +167,70 @@ def model_summary(records: Sequence[Mapping[str, Any]], *, resamples: int = 2000
     heldout = [r for r in model if r["class"] == "heldout"]
     summary["gap_interval"] = gap_interval(base, heldout, resamples=resamples)
     return summary
+
+
+def _earliest_trigger(factor: str) -> int:
+    """Steps after which a factor's non-zero levels can differ from level 0 in an episode: O formats
+    a tool's output, seen from the second step on; C folds history once more than its smallest
+    ``trigger_turns`` turns are in the context (harness_gym/factors/variants/C.yaml), so the model
+    first sees a folded context at step trigger + 2; S, T and W shape the first step already."""
+    if factor == "O":
+        return 1
+    if factor == "C":
+        triggers = [level_fragment("C", level).get("context", {}).get("trigger_turns") for level in (1, 2)]
+        return min(int(t) for t in triggers if t is not None) + 1
+    return 0
+
+
+def acted_effects(records: Sequence[Mapping[str, Any]], *, resamples: int = 200) -> dict[str, Any]:
+    """Per factor: the share of in-space episodes in which it acted (more steps than its earliest
+    trigger, :func:`_earliest_trigger`) and its main effects over those episodes only. An effect
+    over episodes where the factor cannot have changed anything is noise presented as a finding.
+    The selection is on the episode's length, which the policy chooses: read the effects with it."""
+    in_space = [r for r in records if r.get("config") and r.get("role", "model") == "model"]
+    out: dict[str, Any] = {}
+    for factor in "STOCW":
+        trigger = _earliest_trigger(factor)
+        acted = [r for r in in_space if int(r.get("steps") or 0) > trigger]
+        effects = summarize(acted, resamples=resamples)["main_effects"].get(factor) if acted else None
+        out[factor] = {
+            "after_steps": trigger,
+            "acted": len(acted),
+            "episodes": len(in_space),
+            "share": len(acted) / len(in_space) if in_space else None,
+            "effects": effects,
+        }
+    return out
+
+
+def class_figures(records: Sequence[Mapping[str, Any]], *, resamples: int = 2000) -> dict[str, Any]:
+    """Pass@1 per evaluation class (the records' ``eval_class`` tag), crossed bootstrap intervals."""
+    classes: dict[str, list[Mapping[str, Any]]] = {}
+    for record in records:
+        if record.get("role", "model") == "model":
+            classes.setdefault(str(record.get("eval_class") or record.get("class")), []).append(record)
+    out = {}
+    for name, group in sorted(classes.items()):
+        estimate, low, high = cluster_bootstrap(group, resamples=resamples)
+        out[name] = {
+            "pass_at_1": estimate,
+            "ci95": [low, high],
+            "episodes": len(group),
+            "harnesses": len({r["harness"] for r in group}),
+            "tasks": len({r["task_id"] for r in group}),
+        }
+    return out
+
+
+def over_seeds(values: Sequence[float]) -> dict[str, Any]:
+    """Mean over training seeds with a 95% t interval (training-run variance, apart from the
+    evaluation resampling the bootstrap intervals cover); the per-seed values kept."""
+    finite = [v for v in values if not np.isnan(v)]
+    if not finite:
+        return {"mean": float("nan"), "ci95": [float("nan")] * 2, "seeds": len(values), "values": list(values)}
+    mean = float(np.mean(finite))
+    if len(finite) < 2:
+        return {"mean": mean, "ci95": [float("nan")] * 2, "seeds": len(finite), "values": list(values)}
+    t = T_975[len(finite) - 1] if len(finite) - 1 < len(T_975) else 1.96
+    half = float(t * np.std(finite, ddof=1) / np.sqrt(len(finite)))
+    return {"mean": mean, "ci95": [mean - half, mean + half], "seeds": len(finite), "values": list(values)}

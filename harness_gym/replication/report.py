@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from harness_gym.replication.data import ARM_SPECS
 from harness_gym.space import BASE_CONFIG
 
 CLASSES = ("base", "training", "heldout")
@@ -18,6 +19,16 @@ MODEL_NAMES = {
     "base": "arm A: base harness only",
     "oa18": "arm B: OA18, locality K=2",
 }
+
+
+def model_names(results: Mapping[str, Any]) -> list[str]:
+    """The models of the report's tables, in order: the untrained model, then the profile's arms."""
+    arms = list(results.get("profile", {}).get("arms") or MODEL_ORDER[1:])
+    return [m for m in ("untrained", *arms) if m in results["models"]]
+
+
+def model_name(name: str) -> str:
+    return MODEL_NAMES.get(name) or (ARM_SPECS[name].description if name in ARM_SPECS else name)
 
 
 def model_entry(summary: Mapping[str, Any]) -> dict[str, Any]:
@@ -71,10 +82,11 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         "| arm | trajectories | trained tokens | all tokens | tasks | trimmed | harnesses | final loss | train s |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
+    first_seed = (results.get("profile", {}).get("training_seeds") or [0])[0]
     for arm, data in results["data"].items():
-        log = results["training"].get(arm, {})
+        log = results["training"].get(arm) or results["training"].get(f"{arm}/seed{first_seed}", {})
         lines.append(
-            f"| {MODEL_NAMES[arm]} | {data['trajectories']} | {data['trained_tokens']} | {data['total_tokens']} | "
+            f"| {model_name(arm)} | {data['trajectories']} | {data['trained_tokens']} | {data['total_tokens']} | "
             f"{data['tasks']} | {data['trimmed_tokens']} | {len(data['harnesses'])} | "
             f"{log.get('final_loss', float('nan')):.3f} | {log.get('seconds', float('nan')):.0f} |"
         )
@@ -85,28 +97,78 @@ def render_markdown(results: Mapping[str, Any]) -> str:
         "| model | base harness | training configs | held-out configs | gap (base − held-out) | tool-call rate | call validity |",
         "|---|---|---|---|---|---|---|",
     ]
-    for name in MODEL_ORDER:
-        if name not in models:
-            continue
+    for name in model_names(results):
         entry = models[name]
         gap = entry["gap"]
         lines.append(
-            f"| {MODEL_NAMES[name]} | {_cell(entry['classes']['base'])} | {_cell(entry['classes']['training'])} | "
+            f"| {model_name(name)} | {_cell(entry['classes']['base'])} | {_cell(entry['classes']['training'])} | "
             f"{_cell(entry['classes']['heldout'])} | {pct(gap['gap'])} [{pct(gap['ci95'][0])}, {pct(gap['ci95'][1])}] | "
             f"{pct(entry['tool_call_rate'])} | {pct(entry['tool_call_validity'])} |"
         )
     lines += ["", "## Per-factor effects (points of Pass@1 vs the in-space mean; levels 0/1/2)", ""]
     lines += ["| model | " + " | ".join("STOCW") + " |", "|---|" + "---|" * 5]
-    for name in MODEL_ORDER:
-        if name in models and models[name]["main_effects"]:
+    for name in model_names(results):
+        if models[name]["main_effects"]:
             effects = models[name]["main_effects"]
             cells = ["/".join("–" if v is None else f"{100 * v:+.0f}" for v in effects[f].values()) for f in "STOCW"]
-            lines.append(f"| {MODEL_NAMES[name]} | " + " | ".join(cells) + " |")
+            lines.append(f"| {model_name(name)} | " + " | ".join(cells) + " |")
+    lines += _class_lines(results) + _seed_lines(results) + _acted_lines(results)
     lines += ["", "## Verdict", "", results.get("verdict", ""), ""]
     errors = {n: models[n]["errors"] for n in models if models[n]["errors"]}
     if errors:
         lines += [f"Errored episodes (counted as failures): {errors}", ""]
     return "\n".join(lines)
+
+
+def _class_lines(results: Mapping[str, Any]) -> list[str]:
+    """Pass@1 per evaluation class (first training seed), each with its crossed bootstrap interval."""
+    names = [n for n in model_names(results) if results["models"][n].get("eval_classes")]
+    classes = sorted({k for n in names for k in results["models"][n]["eval_classes"]})
+    if not classes:
+        return []
+    lines = ["", "## Pass@1 (%) per evaluation class (first training seed; crossed bootstrap intervals)", ""]
+    lines += ["| model | " + " | ".join(classes) + " |", "|---|" + "---|" * len(classes)]
+    for name in names:
+        figures = results["models"][name]["eval_classes"]
+        lines.append(f"| {model_name(name)} | " + " | ".join(_cell(figures.get(k, {})) for k in classes) + " |")
+    return lines
+
+
+def _seed_lines(results: Mapping[str, Any]) -> list[str]:
+    """Means over training seeds with t intervals: training-run variance, apart from the above."""
+    seeds = results.get("over_seeds") or {}
+    if not seeds:
+        return []
+    keys = sorted({k for v in seeds.values() for k in v})
+    lines = ["", "## Over training seeds (mean [95% t interval], per-seed values)", ""]
+    lines += ["| arm | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
+    for arm, figures in seeds.items():
+        cells = []
+        for key in keys:
+            f = figures.get(key) or {}
+            ci = f.get("ci95") or [None, None]
+            values = "/".join(pct(v) for v in f.get("values", []))
+            cells.append(f"{pct(f.get('mean'))} [{pct(ci[0])}, {pct(ci[1])}] ({values})")
+        lines.append(f"| {model_name(arm)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _acted_lines(results: Mapping[str, Any]) -> list[str]:
+    """Per-factor effects over the episodes where the factor acted, and how often it did."""
+    names = [n for n in model_names(results) if results["models"][n].get("acted_effects")]
+    if not names:
+        return []
+    lines = ["", "## Per-factor effects where the factor acted (points; share of episodes it acted in)", ""]
+    lines += ["| model | " + " | ".join("STOCW") + " |", "|---|" + "---|" * 5]
+    for name in names:
+        cells = []
+        for factor in "STOCW":
+            f = results["models"][name]["acted_effects"][factor]
+            effects = f.get("effects") or {}
+            levels = "/".join("–" if v is None else f"{100 * v:+.0f}" for v in effects.values()) or "–"
+            cells.append(f"{levels} ({pct(f.get('share'))}%)")
+        lines.append(f"| {model_name(name)} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def verdict(results: Mapping[str, Any]) -> str:
@@ -117,7 +179,7 @@ def verdict(results: Mapping[str, Any]) -> str:
         if arm in models:
             gap = models[arm]["gap"]
             parts.append(
-                f"{MODEL_NAMES[arm]}: gap {pct(gap['gap'])} points [{pct(gap['ci95'][0])}, {pct(gap['ci95'][1])}]"
+                f"{model_name(arm)}: gap {pct(gap['gap'])} points [{pct(gap['ci95'][0])}, {pct(gap['ci95'][1])}]"
             )
     text = "; ".join(parts) + "."
     if "base" in models and "oa18" in models:
@@ -141,7 +203,7 @@ def write_plots(results: Mapping[str, Any], out: Path) -> list[Path]:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    models = [m for m in MODEL_ORDER if m in results["models"]]
+    models = model_names(results)
     paths = []
     fig, ax = plt.subplots(figsize=(7, 3.8))
     width = 0.8 / len(models)
@@ -156,7 +218,7 @@ def write_plots(results: Mapping[str, Any], out: Path) -> list[Path]:
             width,
             yerr=[values - low, high - values],
             capsize=3,
-            label=MODEL_NAMES[name],
+            label=model_name(name),
         )
     ax.set_xticks(
         np.arange(3) + width * (len(models) - 1) / 2, ["base harness", "training configs", "held-out configs"]
@@ -178,7 +240,7 @@ def write_plots(results: Mapping[str, Any], out: Path) -> list[Path]:
         np.array([100 * g["ci95"][1] for g in gaps]) - values,
     ]
     ax.bar(
-        [MODEL_NAMES[m].split(":")[0] for m in models],
+        [model_name(m).split(":")[0] for m in models],
         np.nan_to_num(values),
         yerr=np.nan_to_num(errors),
         capsize=4,
@@ -201,7 +263,7 @@ def write_plots(results: Mapping[str, Any], out: Path) -> list[Path]:
                     [0, 1, 2],
                     [np.nan if v is None else 100 * v for v in effects.values()],
                     marker="o",
-                    label=MODEL_NAMES[name],
+                    label=model_name(name),
                 )
         axis.axhline(0, color="grey", linewidth=0.6)
         axis.set_xticks([0, 1, 2])

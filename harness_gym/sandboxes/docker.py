@@ -35,7 +35,7 @@ from harness_gym.sandboxes.base import (
     register_backend,
     tool_scripts_dir,
 )
-from harness_gym.sandboxes.docker_support import KEEPALIVE, docker_client
+from harness_gym.sandboxes.docker_support import KEEPALIVE, docker_client, missing_image
 from harness_gym.sandboxes.options import DEFAULTS
 from harness_gym.sandboxes.shell import CappedOutput, ShellSandbox, kill_process_group, wait_for
 
@@ -298,7 +298,9 @@ class DockerSandbox(ShellSandbox):
         try:
             return self.client.containers.run(self.image, command, **options)
         except Exception as exc:
-            raise SandboxError(f"cannot start a container from image {self.image!r}: {exc}") from exc
+            raise missing_image(self.image, exc) or SandboxError(
+                f"cannot start a container from image {self.image!r}: {exc}"
+            ) from exc
 
     def _stop(self) -> None:
         ShellSandbox._kill_all(self)  # the exec'd shell and the host ends of its pipes

@@ -221,10 +221,31 @@ def docker_client(docker_host: str | None) -> Any:
     return client
 
 
+def missing_image(image: str, exc: BaseException) -> SandboxError | None:
+    """A clear error for an image the engine does not have (Docker's own says only "No such
+    image"): what to pull or build. None when ``exc`` is some other failure."""
+    if type(exc).__name__ != "ImageNotFound" and "No such image" not in str(exc):
+        return None
+    name = image.split("/", 1)[1] if image.startswith("swebench/") else image
+    if name.startswith("sweb.eval."):
+        return SandboxError(
+            f"image {image!r} is not on this Docker engine: pull SWE-bench's published image "
+            f"(docker pull swebench/{name}) or build it with SWE-bench's harness (tagged {name}); "
+            "harness-gym accepts either name"
+        )
+    return SandboxError(f"image {image!r} is not on this Docker engine: docker pull {image} (or build it)")
+
+
 def extract_image_path(image: str, path: str, destination: Path, docker_host: str | None = None) -> None:
     """Copy a folder of an image (e.g. a repository at /testbed) into ``destination``."""
     client = docker_client(docker_host or os.environ.get("DOCKER_HOST"))
-    container = client.containers.create(image, KEEPALIVE)
+    try:
+        container = client.containers.create(image, KEEPALIVE)
+    except Exception as exc:
+        clear = missing_image(image, exc)
+        if clear is None:
+            raise
+        raise clear from exc
     try:
         stream, _ = container.get_archive(path.rstrip("/") + "/.")
         data = io.BytesIO(b"".join(stream))

@@ -1,6 +1,6 @@
 """Tasks: the task model, graders and suites (built-in, ClawGym, PinchBench, SWE-bench style)."""
 
-from harness_gym.tasks import clawgym, easy, generator, pinchbench, swebench  # noqa: F401  (register their loaders)
+from harness_gym.tasks import clawgym, easy, generator, ladder, pinchbench, swebench  # noqa: F401  (register their loaders)
 from harness_gym.tasks.base import (
     GradeResult,
     Suite,

@@ -21,9 +21,10 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -51,6 +52,9 @@ class Draft:
     expect: dict[str, str] = field(default_factory=dict)  # path -> exact content after the task
     absent: list[str] = field(default_factory=list)  # paths that must not exist afterwards
     commands: list[str] = field(default_factory=list)  # the reference solution, one bash call each
+
+    def solution(self) -> tuple[dict[str, Any], ...]:
+        return tuple({"tool": "execute_bash", "arguments": {"command": c}} for c in self.commands)
 
 
 def _pick(rng: np.random.Generator, count: int) -> list[str]:
@@ -175,9 +179,39 @@ def generate_easy(seed: int, count: int = DEFAULT_COUNT, templates: str = "all")
     drafts = {
         f"easy-{seed}-{i:04d}-{chosen[i % len(chosen)]}": draw(seed, i, chosen[i % len(chosen)]) for i in range(count)
     }
-    key = json.dumps({"version": GENERATOR_VERSION, "seed": seed, "count": count, "templates": templates})
+    key = {"version": GENERATOR_VERSION, "seed": seed, "count": count, "templates": templates}
+    root = write_drafts("generated-easy", f"{seed}-{templates}-{count}", key, drafts)
+    return [
+        draft_task(
+            root,
+            task_id,
+            draft,
+            heldout=task_id.rsplit("-", 1)[-1] in HELDOUT_TEMPLATES,
+            metadata={"family": "generated-easy", "template": task_id.split("-", 3)[-1], "seed": seed},
+        )
+        for task_id, draft in drafts.items()
+    ]
+
+
+def draft_task(root: Path, task_id: str, draft: Draft, *, heldout: bool, metadata: dict[str, Any]) -> Task:
+    """The task of a draft that :func:`write_drafts` wrote under ``root``."""
+    return Task(
+        id=task_id,
+        instruction=draft.instruction,
+        mount_path=MOUNT,
+        workspace_dir=root / task_id / "workspace",
+        grader_files=(root / task_id / "grader",),
+        solution=draft.solution(),
+        split="eval" if heldout else "train",
+        metadata=metadata,
+    )
+
+
+def write_drafts(family: str, name: str, key: Mapping[str, Any], drafts: Mapping[str, Draft]) -> Path:
+    """The drafts' workspaces and data graders (``expect.json`` and the shared runner), built once
+    in the cache under a digest of ``key`` and the runner; returns the folder (one per task id)."""
     runner = RUNNER.read_bytes()
-    digest = hashlib.sha256(key.encode() + runner).hexdigest()[:16]
+    digest = hashlib.sha256(json.dumps(dict(key), sort_keys=True).encode() + runner).hexdigest()[:16]
 
     def build(staging: Path) -> None:
         for task_id, draft in drafts.items():
@@ -191,20 +225,7 @@ def generate_easy(seed: int, count: int = DEFAULT_COUNT, templates: str = "all")
             (grader / "expect.json").write_text(json.dumps({"files": draft.expect, "absent": draft.absent}))
             shutil.copy2(RUNNER, grader / "grade.py")
 
-    root = build_once(cache_dir() / "generated-easy" / f"{seed}-{templates}-{count}-{digest}", build)
-    return [
-        Task(
-            id=task_id,
-            instruction=draft.instruction,
-            mount_path=MOUNT,
-            workspace_dir=root / task_id / "workspace",
-            grader_files=(root / task_id / "grader",),
-            solution=tuple({"tool": "execute_bash", "arguments": {"command": c}} for c in draft.commands),
-            split="eval" if task_id.rsplit("-", 1)[-1] in HELDOUT_TEMPLATES else "train",
-            metadata={"family": "generated-easy", "template": task_id.split("-", 3)[-1], "seed": seed},
-        )
-        for task_id, draft in drafts.items()
-    ]
+    return build_once(cache_dir() / family / f"{name}-{digest}", build)
 
 
 def load_generated_easy(argument: str) -> Suite:

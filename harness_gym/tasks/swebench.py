@@ -2,8 +2,9 @@
 
 SWE-bench (JSON list or JSON lines): ``repo, instance_id, base_commit, patch, test_patch,
 problem_statement, hints_text, version, FAIL_TO_PASS, PASS_TO_PASS, environment_setup_commit``.
-The image is ``sweb.eval.{arch}.{instance_id.lower()}:latest`` (a ``__`` in the id becomes
-``_1776_``); the repository at /testbed becomes the workspace. Resolved = every FAIL_TO_PASS and
+The image is SWE-bench's published ``swebench/sweb.eval.{arch}.{instance_id.lower()}:latest`` (a
+``__`` in the id becomes ``_1776_``), or the same name without ``swebench/`` (what SWE-bench's
+harness tags a local build) where only that one is on the engine; the repository at /testbed becomes the workspace. Resolved = every FAIL_TO_PASS and
 PASS_TO_PASS test passes after the test patch is applied.
 
 R2E-Gym (rows): ``repo_name, docker_image, commit_hash, problem_statement, expected_output_json,
@@ -26,10 +27,12 @@ import base64
 import hashlib
 import json
 import shutil
+from collections.abc import Container
 from pathlib import Path
 from typing import Any
 
 from harness_gym.paths import cache_dir
+from harness_gym.sandboxes.docker_support import docker_client
 from harness_gym.tasks.base import VERDICT_MODULE, Suite, Task, TaskError, register_loader
 from harness_gym.tasks.parsed_commit import ParsedCommitError, gold_patch
 
@@ -48,8 +51,36 @@ GRADER_SCRIPTS = ("runner_config.py", "pytest_report.py")  # copied next to runn
 RUNNER_ENV = {"PYTHONSAFEPATH": ""}
 
 
-def swebench_image(instance_id: str, arch: str = "x86_64") -> str:
-    return f"sweb.eval.{arch}.{instance_id.lower().replace('__', '_1776_')}:latest"
+PUBLISHED_PREFIX = "swebench/"  # the namespace SWE-bench publishes its instance images under
+
+
+def swebench_images(instance_id: str, arch: str = "x86_64") -> tuple[str, str]:
+    """(the published name, the local build's name) of an instance's image."""
+    local = f"sweb.eval.{arch}.{instance_id.lower().replace('__', '_1776_')}:latest"
+    return PUBLISHED_PREFIX + local, local
+
+
+def swebench_image(instance_id: str, arch: str = "x86_64", present: Container[str] = ()) -> str:
+    """The image to run: the published name, unless only the local build's name is ``present``."""
+    published, local = swebench_images(instance_id, arch)
+    return local if local in present and published not in present else published
+
+
+class LocalImages:
+    """The image tags on the Docker engine, listed once at first use; none where no engine answers
+    (the published name is then chosen, and a missing image is reported when an episode starts)."""
+
+    def __init__(self) -> None:
+        self._tags: set[str] | None = None
+
+    def __contains__(self, tag: object) -> bool:
+        if self._tags is None:
+            try:
+                client = docker_client(None)
+                self._tags = {t for image in client.images.list() for t in image.tags}
+            except Exception:  # no SDK, no engine: nothing is known to be present
+                self._tags = set()
+        return tag in self._tags
 
 
 def _json_list(value: Any, field: str, task_id: str) -> list[str]:
@@ -96,7 +127,7 @@ def gold_patch_solution(patch: str, root: str = "/testbed") -> tuple[dict[str, A
     return ({"tool": "execute_bash", "arguments": {"command": command}},)
 
 
-def swebench_task(row: dict[str, Any], options: dict[str, str]) -> Task:
+def swebench_task(row: dict[str, Any], options: dict[str, str], present: Container[str] = ()) -> Task:
     task_id = str(row.get("instance_id") or "?")
     missing = [f for f in SWEBENCH_FIELDS if f not in row]
     if missing:
@@ -110,7 +141,7 @@ def swebench_task(row: dict[str, Any], options: dict[str, str]) -> Task:
     instruction = str(row["problem_statement"]).strip()
     if "hints" in options and row.get("hints_text"):
         instruction += "\n\nHints:\n" + str(row["hints_text"]).strip()
-    image = options.get("image") or swebench_image(task_id, options.get("arch", "x86_64"))
+    image = options.get("image") or swebench_image(task_id, options.get("arch", "x86_64"), present)
     return Task(
         id=task_id,
         instruction=instruction,
@@ -134,7 +165,7 @@ def swebench_task(row: dict[str, Any], options: dict[str, str]) -> Task:
     )
 
 
-def r2e_task(row: dict[str, Any], options: dict[str, str]) -> Task:
+def r2e_task(row: dict[str, Any], options: dict[str, str], present: Container[str] = ()) -> Task:
     task_id = f"{row.get('repo_name', '?')}-{str(row.get('commit_hash', ''))[:12]}"
     missing = [f for f in R2E_FIELDS if not row.get(f)]
     if missing:
@@ -207,13 +238,14 @@ def _loader(build: Any, name: str) -> Any:
         if not path.is_file():
             raise TaskError(f"{name}: {path_text!r} is not a file (expected JSON lines or a JSON list)")
         suite = Suite([])
+        present = LocalImages()
         for number, row in _rows(path):
             try:
                 if isinstance(row, Exception):
                     raise row
                 if not isinstance(row, dict):
                     raise TaskError(f"line {number}: not a JSON object")
-                suite.tasks.append(build(row, options))
+                suite.tasks.append(build(row, options, present))
             except TaskError as exc:
                 suite.errors.append(f"{path.name}: {exc}")
         return suite

@@ -24,13 +24,14 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -124,6 +125,58 @@ class World:
 
 
 SYSTEM_WORLDS_DIR = Path("/var/cache/harness-gym/worlds")
+
+#: interpreters a grader may call that a world may lack, looked for at a command's position in the
+#: grade command and the grader's scripts (and in their ``#!`` lines)
+INTERPRETERS = ("python3", "python", "ruby", "php", "node", "nodejs", "perl", "Rscript", "lua", "java", "bash")
+_COMMAND = re.compile(
+    r"(?:^|[;&|(`]|\$\(|\b(?:then|do|else|exec|env|timeout\s+\S+))[ \t]*(" + "|".join(INTERPRETERS) + r")(?=[\s;)`]|$)",
+    re.MULTILINE,
+)
+_SHEBANG = re.compile(r"\A#!\s*(?:/usr/bin/env\s+)?(?:\S*/)?(\S+)")
+_BIN_DIRS = ("usr/bin", "bin", "usr/local/bin")
+_SCRIPT_LIMIT = 256 * 1024  # a grader script is small; bigger files are data
+
+
+def grader_scripts(command: str, paths: Iterable[Path]) -> list[str]:
+    """The grade command and the text of the grader's scripts (``*.sh`` files and files with a
+    ``#!`` line) under ``paths``: what to scan for interpreters."""
+    texts = [command]
+    for path in paths:
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else []
+        for file in files:
+            if file.stat().st_size > _SCRIPT_LIMIT:
+                continue
+            try:
+                text = file.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError):
+                continue
+            if file.suffix == ".sh" or text.startswith("#!"):
+                texts.append(text)
+    return texts
+
+
+def interpreters_called(texts: Iterable[str]) -> set[str]:
+    """The :data:`INTERPRETERS` these commands and scripts run."""
+    called: set[str] = set()
+    for text in texts:
+        called.update(_COMMAND.findall(text))
+        shebang = _SHEBANG.match(text)
+        if shebang and shebang.group(1) in INTERPRETERS:
+            called.add(shebang.group(1))
+    return called
+
+
+def missing_interpreters(world: World, texts: Iterable[str]) -> list[str]:
+    """The interpreters ``texts`` call that the (built) world does not have; none for the host's world."""
+    root = world.root()
+    if root is None:
+        return []
+    return sorted(
+        name
+        for name in interpreters_called(texts)
+        if not any(os.path.lexists(root / folder / name) for folder in _BIN_DIRS)
+    )
 
 
 def worlds_dir() -> Path:
