@@ -80,6 +80,10 @@ class Task:
     world: str | None = None  # the world its sandbox runs on (harness_gym.worlds); None: the host's folders
     signed_verdict: bool = False  # accept only a verdict line signed with the key written for this grading
     sign_output: bool = False  # the harness's signer runs the grade command and signs its output
+    # files of the grader folder the grader reads and removes before graded code runs (a hidden test's
+    # expectations): shown in its one writable subfolder, GRADER_KEY_DIR, as the key is, since the rest
+    # of the folder is read-only in the grading sandbox
+    grader_secrets: tuple[str, ...] = ("hidden_tests*.json",)
 
     def __post_init__(self) -> None:
         """Refuse NaN, infinite, zero and negative durations, and a workspace that would be HOME or
@@ -118,7 +122,7 @@ class Task:
         mount = self.grader_mount.replace("{workspace}", self.mount_path)
         env = dict(self.grader_env)
         with isolation.registered_folder("harness-gym-payload-") as extra:  # a kill -9 leaves no key
-            files = list(self.grader_files)
+            files = _secrets_apart(self.grader_files, self.grader_secrets, Path(extra))
             restore = self.metadata.get("restore_files") or ()
             original = self.original_workspace() if restore or self.metadata.get("restore_runner_config") else None
             if original is not None:
@@ -172,6 +176,24 @@ class Task:
             "final_message": final_message(transcript),
             "transcript": openclaw_transcript(transcript),
         }
+
+
+def _secrets_apart(grader_files: Sequence[Path], patterns: Sequence[str], extra: Path) -> list[Path]:
+    """The grader files with the top-level files of a folder that match ``patterns`` moved into
+    GRADER_KEY_DIR (copies in ``extra``; a folder contributes its contents, as in staging)."""
+    files: list[Path] = []
+    for index, source in enumerate(grader_files):
+        secret = sorted(p for pattern in patterns for p in Path(source).glob(pattern)) if Path(source).is_dir() else []
+        if not secret:
+            files.append(Path(source))
+            continue
+        copy, keys = extra / f"grader-{index}", extra / f"secrets-{index}" / GRADER_KEY_DIR
+        shutil.copytree(source, copy)
+        keys.mkdir(parents=True)
+        for path in secret:
+            (copy / path.name).replace(keys / path.name)
+        files += [copy, keys.parent]
+    return files
 
 
 def _pristine(folder: Path, original: Path, paths: Sequence[str], runner_config: bool = False) -> Path:
