@@ -51,6 +51,9 @@ from harness_gym.bench.runner import CALIBRATION, BenchAborted
 from harness_gym.design import TRAINING_SET, build_schedule, heldout_set, training_set
 from harness_gym.episode import Episode, run_suite
 from harness_gym.export import add_export_parser
+from harness_gym.external import install as external_install
+from harness_gym.external.catalog import load_cli
+from harness_gym.external.describe import describe_cli
 from harness_gym.model_export import export_model, vllm_cpu_command
 from harness_gym.model_server import ModelServer
 from harness_gym.replication import probe
@@ -433,6 +436,36 @@ def _cmd_worlds(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_external(args: argparse.Namespace) -> int:
+    if args.action == "list":
+        print(f"{'id':<27} {'version':<10} {'api':<9} {'installed':<9} {'size MB':>8}  package")
+        for row in external_install.list_installs():
+            size = "" if row["size_mb"] is None else f"{row['size_mb']:.0f}"
+            installed = "yes" if row["installed"] else "no"
+            print(
+                f"{row['id']:<27} {row['version']:<10} {row['wire_api']:<9} {installed:<9} {size:>8}  {row['package']}"
+            )
+        return 0
+    if not args.names:
+        raise ValueError(f"'external {args.action}' needs at least one CLI name (see `harness-gym external list`)")
+    clis = [load_cli(name) for name in args.names]  # every name checked before any install starts
+    if args.action == "install":
+        started = time.monotonic()
+
+        def progress(line: str) -> None:
+            print(f"[{time.monotonic() - started:5.0f} s] {line}", flush=True)
+
+        for cli in clis:
+            external_install.install(cli, force=args.force, progress=progress)
+    elif args.action == "path":
+        for cli in clis:
+            print(external_install.require_install(cli))
+    else:
+        for cli in clis:
+            print(json.dumps(describe_cli(cli), indent=2))
+    return 0
+
+
 def _cmd_doctor(args: argparse.Namespace) -> int:
     docker = {"auto": None, "require": True, "skip": False}[args.docker]
     checks = doctor.run_checks(workers=args.workers, docker=docker, clean=args.clean)
@@ -640,6 +673,11 @@ def build_parser() -> argparse.ArgumentParser:
     worlds.add_argument("names", nargs="*", help="shipped world names (host, python, clawgym) or world YAML files")
     worlds.add_argument("--force", action="store_true", help="build: rebuild even if built")
     worlds.set_defaults(func=_cmd_worlds)
+    external = sub.add_parser("external", help="list, install or describe real agent CLIs (Claude Code, Codex, ...)")
+    external.add_argument("action", choices=["list", "install", "path", "describe"])
+    external.add_argument("names", nargs="*", help="CLI ids (external:claude-code) or names (claude-code)")
+    external.add_argument("--force", action="store_true", help="install: reinstall even if installed")
+    external.set_defaults(func=_cmd_external)
 
     doctor = sub.add_parser("doctor", help="check that this machine can sandbox episodes, and which limits hold")
     doctor.add_argument("--workers", type=int, default=1, help="sandboxes that will run at once (disk, memory)")

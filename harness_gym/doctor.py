@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from harness_gym.external.install import list_installs
 from harness_gym.sandboxes import isolation
 from harness_gym.sandboxes.base import SandboxError
 from harness_gym.sandboxes.bubblewrap import BubblewrapSandbox
@@ -51,7 +52,7 @@ def run_checks(workers: int = 1, docker: bool | None = None, clean: bool = False
     checks += [_state_folder(), _leftovers(), _bubblewrap()]
     checks += _sandbox_and_limits()
     checks += [_disk(workers), _memory(workers), _processes(workers), _uid_pool(workers), _file_descriptors(workers)]
-    checks.append(_worlds())
+    checks += [_worlds(), _external()]
     if docker is not False:
         checks.append(_docker(required=bool(docker)))
     return checks
@@ -272,6 +273,22 @@ def _worlds() -> Check:
         return Check("worlds", OK, f"built: {built or 'none'}")
 
     return _guard("worlds", run)
+
+
+def _external() -> Check:
+    """Real agent CLIs (``harness-gym external install``) installed on this machine; a missing one
+    only stops the runs that use it."""
+
+    def run() -> Check:
+        rows = list_installs()
+        done = sorted({r["id"] for r in rows if r["installed"]})
+        missing = sorted({r["id"] for r in rows if not r["installed"]})
+        detail = f"installed: {done or 'none'}"
+        if missing:
+            detail += f"; not installed: {missing} (`harness-gym external install NAME`)"
+        return Check("external CLIs", OK, detail)
+
+    return _guard("external CLIs", run)
 
 
 def _docker(required: bool) -> Check:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from harness_gym.design import TRAINING_SET, heldout_set
+from harness_gym.external.catalog import load_cli, shipped_clis
 from harness_gym.harness import SPEC_SUFFIXES, Harness
 from harness_gym.jsonl import ResultsFile, load_records  # noqa: F401 (records are read and written through these)
 from harness_gym.presets import OUT_OF_SPACE, PRESETS
@@ -37,7 +38,7 @@ from harness_gym.space import BASE_CONFIG, HarnessConfig, all_configs
 from harness_gym.tasks import Task
 
 QUICK = ("S0T0O0C0W0", "S1T2O0C1W2", "heldout:1", "Harness-ClaudeCodeStyle")
-HARNESS_CLASSES = ("training", "heldout", "in_space", "preset", "out_of_space", "custom")
+HARNESS_CLASSES = ("training", "heldout", "in_space", "preset", "out_of_space", "external", "custom")
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,8 @@ def classify_config(config: HarnessConfig) -> str:
 
 def resolve_harnesses(text: str | Sequence[str]) -> list[HarnessChoice]:
     """Parse a harness selection: comma-separated ``training``, ``heldout`` (``heldout:N`` for the
-    first N), ``all`` (243), ``base``, ``presets``, ``out-of-space``, ``quick``, configuration ids,
+    first N), ``all`` (243), ``base``, ``presets``, ``out-of-space``, ``quick``, ``external`` (the
+    light real CLIs), ``external:<name>`` (one real CLI), configuration ids,
     environment ids (``HarnessAdapt-H1``) and spec files (``*.yaml``/``*.json``)."""
     items = [p.strip() for p in (text.split(",") if isinstance(text, str) else text) if p.strip()]
     chosen: list[HarnessChoice] = []
@@ -96,6 +98,10 @@ def resolve_harnesses(text: str | Sequence[str]) -> list[HarnessChoice]:
         elif item == "presets":
             for env_id in PRESETS:
                 add(HarnessChoice(env_id, "out_of_space" if env_id in OUT_OF_SPACE else "preset"))
+        elif item == "external" or item.startswith("external:"):
+            clis = [c for c in shipped_clis().values() if not c.heavy] if item == "external" else [load_cli(item)]
+            for cli in clis:
+                add(HarnessChoice(cli.id, "external"))
         elif item in ("out-of-space", "out_of_space"):
             for env_id in OUT_OF_SPACE:
                 add(HarnessChoice(env_id, "out_of_space"))

@@ -16,6 +16,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium.envs.registration import WrapperSpec
 
+from harness_gym.external.catalog import gym_ids
 from harness_gym.harness import Harness
 from harness_gym.presets import PRESETS
 from harness_gym.space import BASE_CONFIG, all_configs
@@ -23,6 +24,7 @@ from harness_gym.space import BASE_CONFIG, all_configs
 ENTRY_POINT = "harness_gym.env:HarnessEnv"
 NAMESPACE = "harness_gym"
 VERSION = 0
+EXTERNAL_ENTRY_POINT = "harness_gym.external.gym_env:ExternalCliEnv"
 GRADE_TRUNCATION = WrapperSpec("GradeTruncation", "harness_gym.wrappers:GradeTruncation", {})
 
 
@@ -55,6 +57,13 @@ def register_all() -> list[str]:
         ids += _register(env_id, harness.budget.max_steps, entry_point=ENTRY_POINT, kwargs={"spec": harness.source})
     # a spec given at make time has its own budget, unknown here: the environment enforces it itself
     ids += _register("HarnessAdapt", None, entry_point="harness_gym.env:make_spec_env")
+    # real CLIs with inverted control: the CLI's requests are observations, the policy's replies actions;
+    # the CLI's own exit ends the episode (no step limit or grading wrapper of ours)
+    for env_id, cli_id in gym_ids().items():
+        for name in (env_id, versioned_id(env_id)):
+            if name not in gym.registry:
+                gym.register(id=name, entry_point=EXTERNAL_ENTRY_POINT, kwargs={"cli": cli_id})
+            ids.append(name)
     # the step budget is a property of the base spec that no factor level changes (tests check all 243)
     budget = Harness.resolve(BASE_CONFIG).budget.max_steps
     for config in all_configs():

@@ -70,6 +70,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "harness_gym.model_export",
             "harness_gym.doctor",
             "harness_gym.env_server",
+            "harness_gym.env_client",  # the typed OpenEnv client of env_server
             "harness_gym.replication",
         ),
     ),

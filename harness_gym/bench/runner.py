@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from harness_gym.agents.base import ContextOverflow, _resolve, as_agent, run_episode
 from harness_gym.agents.factory import make_agent
+from harness_gym.bench.external import run_external_plan
 from harness_gym.bench.report import known_score
 from harness_gym.env import make_env
 from harness_gym.errors import BenchError
@@ -129,6 +130,18 @@ def run_one(
         "seed": plan.seed,
         "role": plan.role,
     }
+    if plan.harness.klass == "external":  # a real agent CLI (issue 26): its own runner, the same record
+        try:
+            task_list = load_tasks(tasks) if isinstance(tasks, str) else list(tasks)
+        except Exception as exc:
+            return {**base, "reward": 0.0, "passed": False, "outcome": "error", "error": str(exc), "error_kind": "env"}
+        record, episode = run_external_plan(plan, agent_factory, task_list, env_options)
+        if trajectory_dir and episode is not None:
+            path = Path(trajectory_dir) / f"{_safe(plan.key)}.jsonl"
+            write_trajectory(path, record, episode.transcript, [])
+            path.with_suffix(".proxy.json").write_text(json.dumps(episode.proxy_records, default=str), encoding="utf-8")
+            record["trajectory"] = str(path)
+        return record
     try:
         try:
             task_list = load_tasks(tasks) if isinstance(tasks, str) else list(tasks)

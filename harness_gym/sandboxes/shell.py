@@ -233,6 +233,14 @@ class ShellSandbox(SandboxBackend):
             self._channels.close()
             self._channels = None
 
+    def interrupt(self) -> None:
+        """From another thread: kill the running command's whole process tree now (a budget the
+        host enforces, such as an external CLI's turns); the blocked :meth:`run` returns as for a
+        shell that exited, and a new shell is started."""
+        proc = self._proc
+        if proc is not None:
+            kill_process_group(proc)
+
     def _stop_agent(self) -> None:
         """Before grading: the shell and everything it started (the sandbox's own setup stays)."""
         self._kill_all()

@@ -1,0 +1,409 @@
+"""Real agent CLIs (issue 26) run unmodified in the bubblewrap sandbox against the recording proxy.
+
+The light CLIs (Claude Code, Codex, Gemini CLI, Qwen Code, mini-swe-agent) run in the default
+suite when installed (``.ci/run`` installs them: ``harness-gym external install ...``); the heavy
+ones (OpenClaw, opencode, OpenHands) behind ``slow``. Bad input (an unknown id, a missing install,
+a CLI that never calls the model, floods it, crashes, hangs or writes outside its workspace) runs
+against a small fake CLI installed into a private external folder, so it needs no real install.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import requires_bwrap
+
+from harness_gym.external import install as external_install
+from harness_gym.external.catalog import ExternalCliError, load_cli, shipped_clis, validate_cli
+from harness_gym.external.install import ExternalInstallError, install_path, installed
+from harness_gym.external.policies import DoNothingPolicy, PolicyReply, ScriptedPolicy
+from harness_gym.external.runner import SIDE_REQUESTS, ExternalEpisode, run_external_episode
+from harness_gym.tasks import load_tasks
+from harness_gym.tasks.base import Task
+
+LIGHT = ("claude-code", "claude-code-bare", "codex", "gemini-cli", "qwen-code", "mini-swe-agent")
+HEAVY = ("openclaw", "opencode", "openhands")
+TASK_ID = "workspace-sort-unique"
+
+
+@pytest.fixture(scope="module")
+def task() -> Task:
+    return next(t for t in load_tasks("builtin") if t.id == TASK_ID)
+
+
+def _solution(task: Task, cli_name: str) -> ScriptedPolicy:
+    """The task's reference commands, each one call of the CLI's own shell tool (mini-swe-agent
+    then needs its submit command)."""
+    cli = load_cli(cli_name)
+    commands = [f"cd {task.mount_path} && {step['arguments']['command']}" for step in task.solution]
+    if cli.data.get("submit_command"):
+        commands.append(cli.data["submit_command"])
+    tool, argument = cli.shell_tool
+    return ScriptedPolicy.shell(commands, tool=tool, argument=argument)
+
+
+def _require_installed(name: str) -> None:
+    if installed(load_cli(name)) is None:
+        pytest.skip(f"{name} is not installed: harness-gym external install {name}")
+
+
+# ---------------------------------------------------------------------------- the catalog
+
+
+def test_every_shipped_cli_validates_with_an_exact_pin() -> None:
+    clis = shipped_clis()
+    assert sorted(clis) == sorted(LIGHT + HEAVY)
+    for cli in clis.values():
+        assert cli.id == f"external:{cli.name}"
+        assert all(part.isdigit() for part in cli.version.split(".")), cli.version  # no ranges, no tags
+        tool, _ = cli.shell_tool
+        assert cli.role(tool) == "shell" and cli.canonical(tool) == "execute_bash"
+    # the bare harness is another harness (argv) on the same install
+    assert clis["claude-code"].install_key == clis["claude-code-bare"].install_key
+    assert clis["claude-code"].digest != clis["claude-code-bare"].digest
+    assert "--bare" in clis["claude-code-bare"].data["argv"]
+
+
+def test_unknown_cli_id_is_a_clear_error() -> None:
+    with pytest.raises(ExternalCliError, match=r"unknown external CLI 'external:nope'; known: .*external:codex"):
+        load_cli("external:nope")
+    done = subprocess.run(
+        [sys.executable, "-m", "harness_gym.cli", "external", "install", "nope"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2 and "unknown external CLI 'nope'" in done.stderr
+
+
+def test_an_invalid_cli_file_names_each_problem() -> None:
+    data = dict(load_cli("external:codex").data)
+    with pytest.raises(ExternalCliError, match=r"at \$\.wire_api"):
+        validate_cli({**data, "wire_api": "soap"})
+    with pytest.raises(ExternalCliError, match=r"unknown placeholder \{prompt\}"):
+        validate_cli({**data, "argv": ["{entry}", "{prompt}"]})
+    with pytest.raises(ExternalCliError, match="must have role 'shell'"):
+        validate_cli({**data, "shell_tool": {"name": "apply_patch", "argument": "input"}})
+    with pytest.raises(ExternalCliError, match="must be a mapping"):
+        validate_cli(["not", "a", "mapping"])
+
+
+def test_rendering_fills_placeholders_once_and_keeps_config_braces() -> None:
+    values = {
+        k: f"<{k}>"
+        for k in ("task", "model", "max_turns", "origin", "api_key", "home", "workspace", "install", "entry")
+    }
+    values["task"] = "print {model} literally"  # a task's own braces are not placeholders
+    codex = load_cli("external:codex").render(values)
+    assert codex["argv"][-1] == "print {model} literally"
+    assert 'base_url = "<origin>/v1"' in codex["files"][".codex/config.toml"]
+    opencode = load_cli("external:opencode").render(values)
+    config = json.loads(opencode["env"]["OPENCODE_CONFIG_CONTENT"])
+    assert config["provider"]["harness-gym"]["models"] == {
+        "<model>": {"tool_call": True, "limit": {"context": 131072, "output": 8192}}
+    }
+
+
+# ---------------------------------------------------------------------------- installs
+
+
+@pytest.fixture
+def external_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A private external folder the sandbox uid can enter (pytest's tmp_path is private to root)."""
+    folder = Path(tempfile.mkdtemp(prefix="hg-external-test-"))
+    folder.chmod(0o755)
+    monkeypatch.setenv("HARNESS_GYM_EXTERNAL", str(folder))
+    yield folder
+    external_install._remove(folder)
+
+
+def test_a_missing_install_is_an_error_naming_the_install_command(external_dir: Path, task: Task) -> None:
+    with pytest.raises(ExternalInstallError, match="install it with: harness-gym external install claude-code"):
+        run_external_episode("external:claude-code", task, DoNothingPolicy())
+    import gymnasium as gym
+
+    with pytest.raises(ExternalInstallError, match="harness-gym external install codex"):
+        gym.make("harness_gym/External-Codex-v0", tasks=[task])
+    rows = {r["id"]: r for r in external_install.list_installs()}
+    assert rows["external:codex"]["installed"] is False and rows["external:codex"]["path"].startswith(str(external_dir))
+    done = subprocess.run(
+        [sys.executable, "-m", "harness_gym.cli", "external", "path", "gemini-cli"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ},
+    )
+    assert done.returncode == 2 and "harness-gym external install gemini-cli" in done.stderr
+
+
+FAKE_CLI = r'''#!/usr/bin/python3
+"""A fake agent CLI for the runner's failure paths: MODE ORIGIN KEY."""
+import json, os, sys, time, urllib.request
+
+mode, origin, key = sys.argv[1:4]
+
+
+def ask():
+    body = {"model": "policy", "messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"type": "function", "function": {"name": "bash", "description": "run",
+                       "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}]}
+    request = urllib.request.Request(origin + "/v1/chat/completions", json.dumps(body).encode(),
+                                     {"content-type": "application/json", "authorization": "Bearer " + key})
+    return urllib.request.urlopen(request, timeout=30).read()
+
+
+if mode == "never":
+    sys.exit(0)
+if mode == "flood":
+    while True:
+        try:
+            ask()
+        except Exception:
+            time.sleep(0.01)
+if mode == "escape":
+    for path in ["/etc/hg-escaped", "/usr/hg-escaped", os.path.dirname(os.path.dirname(sys.argv[0])) + "/hg-escaped",
+                 "/workspace/../hg-escaped-root"]:
+        try:
+            open(path, "w").write("x")
+            print("WROTE", path)
+        except OSError as exc:
+            print("REFUSED", path, exc.__class__.__name__)
+ask()
+if mode == "crash":
+    sys.exit(3)
+if mode == "hang":
+    time.sleep(1000)
+'''
+
+
+@pytest.fixture
+def fake_cli(external_dir: Path) -> Any:
+    """A CLI file whose package is a fake install (a Python script speaking Chat Completions)."""
+    data = {
+        "name": "fake",
+        "description": "a fake CLI for failure paths",
+        "package": {"manager": "npm", "name": "hg-fake-cli", "version": "1.0.0"},
+        "entry": "bin/fake",
+        "wire_api": "chat",
+        "model": "policy",
+        "argv": ["{entry}", "MODE", "{origin}", "{api_key}"],
+        "shell_tool": {"name": "bash", "argument": "command"},
+        "tool_roles": {"bash": "shell"},
+        "completion": {"exit_codes": [0]},
+        "memory_mb": 2048,
+    }
+    cli = validate_cli(data)
+    folder = install_path(cli)
+    (folder / "bin").mkdir(parents=True)
+    (folder / "bin" / "fake").write_text(FAKE_CLI)
+    (folder / "bin" / "fake").chmod(0o755)
+    (folder / "install.json").write_text(json.dumps({"key": cli.install_key}))
+    external_install._make_read_only(folder)
+
+    def with_mode(mode: str) -> Any:
+        return validate_cli({**data, "argv": ["{entry}", mode, "{origin}", "{api_key}"]})
+
+    return with_mode
+
+
+@requires_bwrap
+def test_a_cli_that_never_calls_the_model_is_an_error(fake_cli: Any, task: Task) -> None:
+    episode = run_external_episode(fake_cli("never"), task, DoNothingPolicy(), wall_s=120)
+    assert episode.record["outcome"] == "error" and episode.record["reward"] == 0.0
+    assert "never called the model (exit 0)" in episode.record["error"] and episode.record["error_kind"] == "cli"
+
+
+@requires_bwrap
+def test_a_cli_that_floods_the_model_is_killed_as_a_budget_error(fake_cli: Any, task: Task) -> None:
+    reply = PolicyReply(
+        tool_calls=[{"id": "c", "name": "bash", "arguments": '{"command": "true"}'}], finish_reason="tool_calls"
+    )
+    started = time.monotonic()
+    episode = run_external_episode(fake_cli("flood"), task, ScriptedPolicy([reply] * 1000), max_turns=5, wall_s=300)
+    assert time.monotonic() - started < 120  # killed on the budget, not at the wall clock
+    record = episode.record
+    assert record["outcome"] == "error" and record["error_kind"] == "budget" and not record["passed"], record["error"]
+    # the watch's turn count or the proxy's request cap, whichever saw the flood first
+    assert record["truncated"] and re.search(r"more than (5 agent turns|10 requests)", record["truncation_reason"])
+    answered = [r for r in episode.proxy_records if r["status"] == 200]
+    assert 5 <= len(answered) <= 5 + SIDE_REQUESTS  # the proxy refused the rest before the kill landed
+
+
+@requires_bwrap
+def test_a_crashing_cli_is_an_error_never_a_pass(fake_cli: Any, task: Task) -> None:
+    episode = run_external_episode(fake_cli("crash"), task, DoNothingPolicy(), wall_s=120)
+    assert episode.record["outcome"] == "error" and "exited with status 3" in episode.record["error"]
+    assert episode.record["external"]["exit_code"] == 3
+
+
+@requires_bwrap
+def test_a_hanging_cli_is_killed_at_its_wall_time(fake_cli: Any, task: Task) -> None:
+    started = time.monotonic()
+    episode = run_external_episode(fake_cli("hang"), task, DoNothingPolicy(), wall_s=8)
+    assert time.monotonic() - started < 90
+    assert episode.record["outcome"] == "error" and "wall-time budget of 8 s" in episode.record["error"]
+
+
+@requires_bwrap
+def test_writes_outside_the_workspace_are_contained(fake_cli: Any, task: Task, external_dir: Path) -> None:
+    episode = run_external_episode(fake_cli("escape"), task, DoNothingPolicy(), wall_s=120)
+    stdout = episode.record["external"]["stdout_tail"]
+    assert "WROTE" not in stdout and stdout.count("REFUSED") == 4
+    assert not list(external_dir.rglob("hg-escaped*")) and not Path("/etc/hg-escaped").exists()
+    assert episode.record["outcome"] == "failed" and episode.record["reward"] == 0.0  # graded: nothing done
+
+
+# ---------------------------------------------------------------------------- the real CLIs
+
+
+def _check_solved(name: str, episode: ExternalEpisode) -> None:
+    record = episode.record
+    assert record["outcome"] == "passed" and record["reward"] == 1.0, record["error"]
+    assert record["harness"] == f"external:{name}" and record["class"] == "external"
+    assert record["external"]["completed"] and record["external"]["exit_code"] == 0
+    # the proxy's records are exactly the agent's requests: one shell call, then the final answer (or,
+    # for mini-swe-agent, its submit command, after which it sends nothing more)
+    agent = [r for r in episode.proxy_records if not r["side"]]
+    assert len(agent) == record["steps"] == 2
+    assert all(r["status"] == 200 and r["error"] is None for r in episode.proxy_records)
+    tool, _ = load_cli(name).shell_tool
+    first = agent[0]["policy_request"]
+    assert tool in [t["function"]["name"] for t in first["tools"]]
+    last_messages = agent[-1]["policy_request"]["messages"]
+    assert any(m["role"] == "tool" for m in last_messages)  # the CLI ran the call and sent its result back
+    calls = [c for m in episode.transcript if m["role"] == "assistant" for c in m.get("calls", [])]
+    assert calls and calls[0]["name"] == tool and calls[0]["canonical"] == "execute_bash"
+    assert record["tool_calls_by_role"].get("shell", 0) >= 1
+    assert record["durations"]["startup_s"] is not None and record["durations"]["startup_s"] > 0
+
+
+def _check_nothing(episode: ExternalEpisode) -> None:
+    record = episode.record
+    assert record["reward"] == 0.0 and not record["passed"]
+    assert record["outcome"] in ("failed", "error")  # mini-swe-agent never stops on text: a budget error
+
+
+@requires_bwrap
+@pytest.mark.parametrize("name", LIGHT)
+def test_light_cli_solves_through_its_own_shell_tool(name: str, task: Task) -> None:
+    _require_installed(name)
+    _check_solved(name, run_external_episode(f"external:{name}", task, _solution(task, name), max_turns=10, wall_s=400))
+
+
+@requires_bwrap
+@pytest.mark.parametrize("name", LIGHT)
+def test_light_cli_doing_nothing_scores_zero(name: str, task: Task) -> None:
+    _require_installed(name)
+    _check_nothing(run_external_episode(f"external:{name}", task, DoNothingPolicy(), max_turns=3, wall_s=400))
+
+
+@requires_bwrap
+@pytest.mark.slow
+@pytest.mark.parametrize("name", HEAVY)
+def test_heavy_cli_solves_and_doing_nothing_scores_zero(name: str, task: Task) -> None:
+    _require_installed(name)
+    _check_solved(name, run_external_episode(f"external:{name}", task, _solution(task, name), max_turns=10, wall_s=900))
+    _check_nothing(run_external_episode(f"external:{name}", task, DoNothingPolicy(), max_turns=3, wall_s=900))
+
+
+def test_the_install_tree_is_read_only_for_the_sandbox_uid() -> None:
+    for name in LIGHT:
+        if installed(load_cli(name)) is not None:
+            folder = install_path(load_cli(name))
+            assert not os.stat(folder).st_mode & 0o222
+            entry = folder / load_cli(name).data["entry"]
+            assert os.access(entry, os.X_OK) and shutil.which(str(entry)) is not None
+            return
+    pytest.skip("no light CLI installed")
+
+
+@requires_bwrap
+def test_describe_measures_the_harness_from_its_first_request() -> None:
+    _require_installed("claude-code-bare")
+    from harness_gym.external.describe import describe_cli
+
+    described = describe_cli("external:claude-code-bare")
+    assert described["tools"] == ["Bash", "Edit", "Read"] and described["tool_count"] == 3
+    assert 0 < described["system_prompt_chars"] < 2000  # --bare: a minimal harness
+    assert "harness-gym-describe-marker" in described["observation_sample"]
+    assert described["roles"]["Bash"] == "shell"
+
+
+@requires_bwrap
+def test_bench_runs_real_clis_as_class_external(tmp_path: Path) -> None:
+    _require_installed("claude-code")
+    out = tmp_path / "bench"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness_gym.cli",
+            "bench",
+            "--agent",
+            "reference",
+            "--configs",
+            "external:claude-code",
+            "--tasks",
+            "builtin",
+            "--task-count",
+            "1",
+            "--runs",
+            "1",
+            "--calibration",
+            "null",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    by_role = {r["role"]: r for r in records}
+    assert {r["class"] for r in records} == {"external"} and set(by_role) == {"model", "null"}
+    assert by_role["model"]["reward"] == 1.0 and by_role["null"]["reward"] == 0.0  # file_editor steps replayed too
+    assert "| external |" in (out / "report.md").read_text()
+
+
+@requires_bwrap
+def test_a_real_cli_as_a_gymnasium_environment_with_inverted_control(task: Task) -> None:
+    _require_installed("claude-code-bare")
+    import gymnasium as gym
+
+    env = gym.make("harness_gym/External-ClaudeCodeBare-v0", tasks=[task], max_turns=5)
+    try:
+        observation, info = env.reset(seed=0)
+        assert info["task_id"] == TASK_ID and env.observation_space.contains(observation)
+        assert [t["function"]["name"] for t in observation["tools"]] == ["Bash", "Edit", "Read"]
+        command = f"cd {task.mount_path} && {task.solution[0]['arguments']['command']}"
+        action = {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "Bash", "arguments": json.dumps({"command": command})},
+                }
+            ],
+        }
+        observation, reward, terminated, truncated, _ = env.step(action)
+        assert not terminated and any(m["role"] == "tool" for m in observation["messages"])  # the CLI ran it
+        observation, reward, terminated, truncated, info = env.step("Done.")
+        assert terminated and not truncated and reward == 1.0, info["error"]
+        # a second episode after a finished one; closing mid-episode ends the CLI
+        env.reset(seed=1)
+    finally:
+        env.close()
