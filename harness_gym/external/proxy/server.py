@@ -21,6 +21,7 @@ import os
 import socket
 import socketserver
 import stat
+import struct
 import threading
 import time
 import zlib
@@ -38,6 +39,10 @@ from harness_gym.external.proxy.wire import DialectError
 
 MAX_BODY = 64 * 1024 * 1024
 MAX_CONNECTIONS = 256
+MAX_CONNECTIONS_PER_ROLLOUT = 32  # one rollout cannot hold every slot of a proxy shared by many
+# connections one peer uid (a sandbox's dedicated uid, run as root) may hold on the unix socket, sent
+# a secret or not: a hostile agent may connect to the socket directly, past its forwarder's cap
+MAX_CONNECTIONS_PER_PEER = 32
 _SECRET_HEADERS = ("x-api-key", "authorization", "x-goog-api-key")
 
 
@@ -122,10 +127,18 @@ class ModelProxy:
     }
 
     def __init__(
-        self, socket_path: Path | str | None = None, *, host: str = "127.0.0.1", port: int | None = None
+        self,
+        socket_path: Path | str | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        max_connections_per_rollout: int | None = MAX_CONNECTIONS_PER_ROLLOUT,
     ) -> None:
+        """``max_connections_per_rollout``: open connections one secret may hold (None: no cap);
+        a connection past it is answered 503 and closed."""
         if (socket_path is None) == (port is None):
             raise ValueError("give a socket_path or a port, not both")
+        self.max_connections_per_rollout = max_connections_per_rollout
         self.socket_path = Path(socket_path) if socket_path is not None else None
         self.host = host
         self.port = port
@@ -223,20 +236,47 @@ class _Limited:
 
     def __init__(self) -> None:
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.peers: dict[int, int] = {}  # peer uid -> open connections (unix socket, other uids)
+        self.peer_of: dict[Any, int] = {}
+        self.peer_lock = threading.Lock()
+
+    def _refuse(self, request: Any) -> None:
+        try:
+            request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+        except OSError:
+            pass
+        finally:
+            self.shutdown_request(request)  # type: ignore[attr-defined]
 
     def process_request(self, request: Any, client_address: Any) -> None:
+        uid = _peer_uid(request)
+        if uid is not None:
+            with self.peer_lock:
+                if self.peers.get(uid, 0) >= MAX_CONNECTIONS_PER_PEER:
+                    uid = -1
+                else:
+                    self.peers[uid] = self.peers.get(uid, 0) + 1
+                    self.peer_of[request] = uid
+            if uid == -1:
+                self._refuse(request)
+                return
         if not self.slots.acquire(blocking=False):
-            try:
-                request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-            finally:
-                self.shutdown_request(request)  # type: ignore[attr-defined]
+            self._release_peer(request)
+            self._refuse(request)
             return
         super().process_request(request, client_address)  # type: ignore[misc]
+
+    def _release_peer(self, request: Any) -> None:
+        with self.peer_lock:
+            uid = self.peer_of.pop(request, None)
+            if uid is not None:
+                self.peers[uid] -= 1
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)  # type: ignore[misc]
         finally:
+            self._release_peer(request)
             self.slots.release()
 
 
@@ -274,6 +314,15 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     proxy: ModelProxy
     _outgoing: tuple[int, list[tuple[str, str]], bytes, bool]
     _consumed: bool
+    _bound: RolloutChannel | None = None  # the rollout this connection counts against
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            if self._bound is not None:
+                self._bound.disconnect()
+                self._bound = None
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # records are the log; the unix socket has no client address to print
@@ -313,6 +362,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                 with self.proxy._lock:
                     self.proxy.unauthorized += 1
                 raise ProxyError(401, "unknown API key: this proxy serves only the rollouts it opened")
+            self._bind(channel)
             body = self._read_body(headers) if method == "POST" else None
             record.request = body
             refused = channel.admit()
@@ -324,7 +374,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             record.error = exc.message
             payload = self._module(dialect).error(exc.status, exc.message)
             unusable = not self._consumed and not self._drain(headers)
-            close = unusable or exc.status in (400, 413, 415, 426)
+            close = unusable or exc.status in (400, 413, 415, 426, 503)
             record.response = self._send_json(exc.status, payload, close=close)
         except DialectError as exc:
             record.status, record.error = 400, str(exc)
@@ -337,6 +387,17 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError) as exc:
             record.error = f"client disconnected: {exc}"
             self.close_connection = True
+
+    def _bind(self, channel: RolloutChannel) -> None:
+        """Count this connection against its rollout's cap (once per connection and secret)."""
+        if self._bound is channel:
+            return
+        limit = self.proxy.max_connections_per_rollout
+        if not channel.connect(limit):
+            raise ProxyError(503, f"this rollout already holds {limit} open connections to the proxy")
+        if self._bound is not None:
+            self._bound.disconnect()
+        self._bound = channel
 
     def _module(self, dialect: str) -> ModuleType:
         return ModelProxy.DIALECTS.get(dialect, chat_completions)
@@ -463,6 +524,19 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         self.wfile.write(data)
         if close:
             self.close_connection = True
+
+
+def _peer_uid(request: Any) -> int | None:
+    """The uid of a unix-socket peer other than the proxy's own (None: TCP, or the proxy's uid, which
+    every unprivileged sandbox shares and so cannot tell sandboxes apart)."""
+    if getattr(request, "family", None) != socket.AF_UNIX:
+        return None
+    try:
+        creds = request.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    uid = int(struct.unpack("3i", creds)[1])
+    return None if uid == os.getuid() else uid
 
 
 def _answers(path: Path) -> bool:

@@ -1,0 +1,135 @@
+"""README's external bench figures from one bench run: a plot of per-CLI Pass@1 (95% bootstrap
+intervals over episodes) beside the imitation preset each CLI file names (``imitation:``), and the
+imitation-fidelity table (preset vs its real CLI: Pass@1, tool calls per episode, valid-call rate).
+
+    harness-gym bench --agent reference --calibration null --tasks builtin --task-count 2 --runs 1 \\
+      --configs external:claude-code,external:claude-code-bare,external:codex,Harness-ClaudeCodeStyle \\
+      --out /tmp/bench
+    python benchmarks/external_bench.py /tmp/bench [--png benchmarks/results/external_bench.png]
+
+Errors count as failures (reward 0) and are counted; the tables print as markdown on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness_gym.external.catalog import load_cli, shipped_clis
+from harness_gym.metrics import Interval, bootstrap_ci
+
+
+def imitations() -> dict[str, str]:
+    """CLI id -> the imitation preset its file names."""
+    found = {}
+    for name in shipped_clis():
+        cli = load_cli(name)
+        if cli.data.get("imitation"):
+            found[cli.id] = str(cli.data["imitation"])
+    return found
+
+
+def summarize(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """(harness, agent role) -> Pass@1 interval, episodes, errors, tool calls per episode, valid-call rate."""
+    grouped: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
+    for record in records:
+        grouped[(str(record["harness"]), str(record.get("role", "model")))].append(record)
+    summary = {}
+    for key, group in grouped.items():
+        calls = sum(int(r.get("tool_calls") or 0) for r in group)
+        valid = sum(int(r.get("valid_tool_calls") or 0) for r in group)
+        summary[key] = {
+            "pass": bootstrap_ci([1.0 if r.get("passed") else 0.0 for r in group]),
+            "episodes": len(group),
+            "errors": sum(1 for r in group if r.get("outcome") == "error"),
+            "calls_per_episode": calls / len(group),
+            "valid_rate": valid / calls if calls else float("nan"),
+        }
+    return summary
+
+
+def _pct(interval: Interval) -> str:
+    return f"{interval.estimate:.0%} [{interval.low:.0%}, {interval.high:.0%}]"
+
+
+def tables(summary: Mapping[tuple[str, str], Mapping[str, Any]], pairs: Mapping[str, str]) -> str:
+    """The per-harness table and the fidelity table, markdown."""
+    roles = sorted({role for _, role in summary})
+    lines = ["| harness | " + " | ".join(f"{r} Pass@1 [95% CI]" for r in roles) + " | errors | episodes |"]
+    lines.append("|---|" + "---|" * (len(roles) + 2))
+    for harness in sorted({h for h, _ in summary}):
+        cells = [_pct(summary[(harness, r)]["pass"]) if (harness, r) in summary else "–" for r in roles]
+        errors = sum(summary[(harness, r)]["errors"] for r in roles if (harness, r) in summary)
+        episodes = sum(summary[(harness, r)]["episodes"] for r in roles if (harness, r) in summary)
+        lines.append(f"| `{harness}` | " + " | ".join(cells) + f" | {errors} | {episodes} |")
+    lines += ["", "| real CLI vs its imitation (model role) | Pass@1 | tool calls / episode | valid-call rate |"]
+    lines.append("|---|---|---|---|")
+    for cli, preset in sorted(pairs.items()):
+        if (cli, "model") not in summary:
+            continue  # its CLI was not in the run: no comparison
+        for harness in (cli, preset):
+            row = summary.get((harness, "model"))
+            if row is None:
+                continue
+            valid = "–" if row["valid_rate"] != row["valid_rate"] else f"{row['valid_rate']:.0%}"
+            lines.append(f"| `{harness}` | {_pct(row['pass'])} | {row['calls_per_episode']:.1f} | {valid} |")
+    return "\n".join(lines)
+
+
+def plot(summary: Mapping[tuple[str, str], Mapping[str, Any]], pairs: Mapping[str, str], path: Path) -> None:
+    """Per-CLI Pass@1 (model role) with intervals, each beside its imitation preset."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    clis = sorted(h for h, role in summary if role == "model" and h.startswith("external:"))
+    figure, axis = plt.subplots(figsize=(max(6.0, 1.3 * len(clis)), 3.6))
+    for index, cli in enumerate(clis):
+        bars = [(cli, "tab:blue", -0.2)]
+        if (pairs.get(cli, ""), "model") in summary:
+            bars.append((pairs[cli], "tab:orange", 0.2))
+        for harness, color, offset in bars:
+            interval = summary[(harness, "model")]["pass"]
+            axis.bar(index + offset, interval.estimate, width=0.38, color=color)
+            axis.errorbar(
+                index + offset,
+                interval.estimate,
+                yerr=[[interval.estimate - interval.low], [interval.high - interval.estimate]],
+                color="black",
+                capsize=3,
+            )
+    axis.set_xticks(range(len(clis)), [c.removeprefix("external:") for c in clis], rotation=20)
+    axis.set_ylim(0, 1.05)
+    axis.set_ylabel("Pass@1 (95% CI)")
+    axis.bar(0, 0, color="tab:blue", label="real CLI")
+    axis.bar(0, 0, color="tab:orange", label="its imitation preset")
+    axis.legend(loc="lower right", fontsize=8)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("bench_out", type=Path, help="a bench --out folder (its results.jsonl)")
+    parser.add_argument("--png", type=Path, default=Path("benchmarks/results/external_bench.png"))
+    args = parser.parse_args()
+    results = args.bench_out / "results.jsonl"
+    if not results.exists():
+        parser.error(f"{results} does not exist: give a bench --out folder")
+    records = [json.loads(line) for line in results.read_text(encoding="utf-8").splitlines() if line.strip()]
+    summary = summarize(records)
+    pairs = imitations()
+    plot(summary, pairs, args.png)
+    print(tables(summary, pairs))
+    print(f"\nplot: {args.png}")
+
+
+if __name__ == "__main__":
+    main()
