@@ -674,7 +674,9 @@ def build_parser() -> argparse.ArgumentParser:
     worlds.add_argument("--force", action="store_true", help="build: rebuild even if built")
     worlds.set_defaults(func=_cmd_worlds)
     external = sub.add_parser("external", help="list, install or describe real agent CLIs (Claude Code, Codex, ...)")
-    external.add_argument("action", choices=["list", "install", "path", "describe"])
+    external.add_argument(
+        "action", choices=["list", "install", "path", "describe"], help="what to do with the agent CLIs"
+    )
     external.add_argument("names", nargs="*", help="CLI ids (external:claude-code) or names (claude-code)")
     external.add_argument("--force", action="store_true", help="install: reinstall even if installed")
     external.set_defaults(func=_cmd_external)

@@ -302,7 +302,7 @@ class SessionGate:
 
 def _answering_malformed(receive: Any, send: Any) -> Any:
     """``receive`` that answers, itself, a message openenv-core would end the session on (one that
-    is JSON but no object, or a binary frame), and hands the application the next one. The
+    is JSON but no object, JSON nested too deeply to parse, or a binary frame), and hands the application the next one. The
     application only sends after a receive returns, so the answer never interleaves with its own."""
 
     async def filtered() -> dict[str, Any]:
@@ -318,9 +318,12 @@ def _answering_malformed(receive: Any, send: Any) -> Any:
                     value = json.loads(text)
                 except ValueError:
                     return message  # openenv-core answers invalid JSON itself
-                if isinstance(value, dict):
-                    return message
-                problem = f"a message must be a JSON object with a 'type', not {type(value).__name__}"
+                except RecursionError:  # openenv-core's own parse would raise it too, ending the session
+                    problem = "the message is nested too deeply to parse; send a JSON object with a 'type'"
+                else:
+                    if isinstance(value, dict):
+                        return message
+                    problem = f"a message must be a JSON object with a 'type', not {type(value).__name__}"
             answer = {"type": "error", "data": {"message": problem, "code": "INVALID_MESSAGE"}}
             await send({"type": "websocket.send", "text": json.dumps(answer)})
 

@@ -202,8 +202,16 @@ class HookRunner:
     def __init__(self, hooks: Sequence[Mapping[str, Any]]) -> None:
         self.hooks = [Hook(h) for h in hooks]
         self.fired: list[Firing] = []
+        # each event's hooks in spec order, indexed once per episode: a step asks for four or five
+        # events, most harnesses have no hooks for any of them
+        self._by_event: dict[str, list[Hook]] = {}
+        for hook in self.hooks:
+            self._by_event.setdefault(hook.event, []).append(hook)
 
     def run(self, event: str, state: EpisodeState, call: CallRecord | None = None) -> list[Firing]:
-        firings = [f for h in self.hooks if h.event == event and (f := h.fire(state, call)) is not None]
+        hooks = self._by_event.get(event)
+        if not hooks:
+            return []
+        firings = [f for h in hooks if (f := h.fire(state, call)) is not None]
         self.fired += firings
         return firings

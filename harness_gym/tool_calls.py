@@ -23,6 +23,7 @@ from harness_gym.tool_formats import ParsedAction, ToolCall, format_names, parse
 from harness_gym.tool_formats.base import arguments_object, dumps_safe
 
 FORMATS = format_names()
+_FORMAT_SET = frozenset(FORMATS)
 _OPENAI_CALL_EXAMPLE = (
     'each tool call must look like {"id": ..., "type": "function", "function": {"name": ..., "arguments": "<JSON>"}}'
 )
@@ -36,8 +37,10 @@ class ActionError(ToolCallError):
 
 def parse_action(action: str | Mapping[str, Any], fmt: str = "auto", id_prefix: str = "call") -> ParsedAction:
     """Split an action into prose and tool calls in the given format (or detect it with ``auto``)."""
-    if fmt not in FORMATS:
+    if fmt not in _FORMAT_SET:
         raise ValueError(f"unknown tool-call format {fmt!r}; choose one of {FORMATS}")
+    if type(action) is str:  # the usual case, before an ABC isinstance check
+        return parse_text(action, fmt, id_prefix)
     if isinstance(action, Mapping):
         content = message_text(action.get("content"))
         tool_calls = action.get("tool_calls")

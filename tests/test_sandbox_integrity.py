@@ -275,9 +275,9 @@ def test_the_checkout_and_install_are_absent_even_when_bound(tmp_path):
         box.start(box.new_workspace(), "/workspace")
         assert box.run("ls -A /src | wc -l").output.strip() == "0"
         assert _search_inside(box, "/src /root /home /tmp /.harness /etc").strip() == ""
-        grader = box.grade([], "ls -A {grader} | wc -l; ls /.harness", 30)
+        grader = box.grade([], "ls -A {grader}; ls /.harness", 30)
     assert grader.output.split() == [
-        "0",
+        ".harness-gym-key",  # the empty mount point of its one writable folder
         "bin",
         "grader",
         "grader-init",

@@ -30,6 +30,9 @@ class ObservationFormatter:
     def __init__(self, spec: Mapping[str, Any], rng: np.random.Generator) -> None:
         self.template: str = spec["observation"]["template"]
         self.raw = self.template == "{output}"
+        # the template split once per episode into literal text and field names (odd positions);
+        # a step fills the fields instead of running a regular expression over the template
+        self._pieces = _PLACEHOLDER.split(self.template)
         hexes = "".join(f"{int(v):x}" for v in rng.integers(0, 16, size=14))
         self.episode_fields = {
             "cluster": _CLUSTERS[int(rng.integers(len(_CLUSTERS)))],
@@ -54,4 +57,8 @@ class ObservationFormatter:
             duration_ms=f"{duration_ms:.0f}",
             step=str(step),
         )
-        return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), self.template)
+        pieces = self._pieces[:]
+        for index in range(1, len(pieces), 2):  # an unknown field stays as written, braces included
+            name = pieces[index]
+            pieces[index] = values.get(name, "{" + name + "}")
+        return "".join(pieces)

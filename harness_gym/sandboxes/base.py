@@ -28,6 +28,11 @@ ORIGINAL_DIR = f"{HARNESS_DIR}/original"  # the starting workspace, read-only, u
 BIN_DIR = f"{HARNESS_DIR}/bin"  # execute-only copies of the shell and Python (see sealed_binaries_dir)
 GRADER_DIR = f"{HARNESS_DIR}/grader"
 GRADER_INIT_DIR = f"{HARNESS_DIR}/grader-init"
+# The one subfolder of a grader's folder the grading may write: where the host puts a signing grader's
+# key, so the grader can remove it. Everything else of the folder is read-only in the grading sandbox:
+# the program a grader runs (of the agent's making) must not rewrite the grader's script or a check
+# it runs next (exploit rewrite-grader). The in-sandbox twin is KEY_DIR in tasks/builtin/_shared/verdict.py.
+GRADER_KEY_DIR = ".harness-gym-key"
 
 
 SANDBOX_HOME = "/root"  # HOME of the agent's shell and of graders (a fresh, private folder in each)
@@ -198,8 +203,8 @@ class SandboxBackend(ABC):
     def _run_grader(
         self, folder: Path, mount: str, script: str, timeout_s: float, env: Mapping[str, str] | None
     ) -> CommandResult:
-        """Run the grading ``script`` with ``folder`` shown at ``mount``; stdout alone is the verdict
-        channel (stderr in ``extra["stderr"]``)."""
+        """Run the grading ``script`` with ``folder`` shown read-only at ``mount`` (its GRADER_KEY_DIR
+        alone writable); stdout alone is the verdict channel (stderr in ``extra["stderr"]``)."""
 
 
 @contextlib.contextmanager
@@ -207,7 +212,9 @@ def staged_grader(grader_files: Sequence[Path]) -> Iterator[Path]:
     """The grader files gathered into a private host folder (removed afterwards, even after a
     crash): what every backend and the task generator's verification grade with."""
     with grader_folder() as copy:
-        yield copy_grader_files(grader_files, Path(copy))
+        folder = copy_grader_files(grader_files, Path(copy))
+        (folder / GRADER_KEY_DIR).mkdir(exist_ok=True)  # the mount point of the writable part
+        yield folder
 
 
 _BACKENDS: dict[str, Callable[..., Sandbox]] = {}

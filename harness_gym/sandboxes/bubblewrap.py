@@ -23,6 +23,7 @@ from harness_gym.sandboxes import isolation, layers, seccomp
 from harness_gym.sandboxes.base import (
     BIN_DIR,
     GRADER_INIT_DIR,
+    GRADER_KEY_DIR,
     HARNESS_DIR,
     ORIGINAL_DIR,
     SANDBOX_HOME,
@@ -265,9 +266,13 @@ class BubblewrapSandbox(ShellSandbox):
     ) -> CommandResult:
         """A fresh bubblewrap sandbox (same uid, cgroups and limits) that also shows ``folder`` at
         ``mount``; processes left alive when the grader ends make it a grader error."""
-        if self._lease is not None:
+        if self._lease is not None:  # readable by the sandbox uid; the read-only mount keeps it unwritable
             isolation.chown_tree(folder, self._lease.uid, self._lease.uid)
-        binds = [("--bind", str(folder), mount), ("--ro-bind", str(grader_init_dir()), GRADER_INIT_DIR)]
+        binds = [
+            ("--ro-bind", str(folder), mount),
+            ("--bind", str(folder / GRADER_KEY_DIR), f"{mount}/{GRADER_KEY_DIR}"),  # the key, to be removed
+            ("--ro-bind", str(grader_init_dir()), GRADER_INIT_DIR),
+        ]
         shell = self._shell_program()
         guard = grader_guard("--noprofile --norc")
         grader_argv = [shell, "--noprofile", "--norc", "-c", guard, shell, self._shell_setup() + script]

@@ -24,6 +24,7 @@ from typing import Any
 from harness_gym.sandboxes import isolation, seccomp
 from harness_gym.sandboxes.base import (
     GRADER_INIT_DIR,
+    GRADER_KEY_DIR,
     SANDBOX_HOME,
     TOOLS_DIR,
     CommandResult,
@@ -161,7 +162,11 @@ class DockerSandbox(ShellSandbox):
         started = time.perf_counter()
         container = self._run_container(
             [self.shell, "-c", grader_guard(), self.shell, script],  # leftovers are a grader error
-            extra_volumes={str(folder): mount, str(grader_init_dir()): GRADER_INIT_DIR},
+            extra_volumes={
+                str(folder): mount,  # read-only but for its key folder (the grader removes the key)
+                str(folder / GRADER_KEY_DIR): f"{mount}/{GRADER_KEY_DIR}",
+                str(grader_init_dir()): GRADER_INIT_DIR,
+            },
             environment=grader_environment(env),
         )
         try:
@@ -273,7 +278,7 @@ class DockerSandbox(ShellSandbox):
             str(tool_scripts_dir()): {"bind": TOOLS_DIR, "mode": "ro"},
         }
         for host, inside in extra_volumes.items():
-            volumes[host] = {"bind": inside, "mode": "ro" if inside == GRADER_INIT_DIR else "rw"}
+            volumes[host] = {"bind": inside, "mode": "rw" if inside.endswith(f"/{GRADER_KEY_DIR}") else "ro"}
         options: dict[str, Any] = {
             "detach": True,
             "network_mode": "none",

@@ -24,10 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness_gym.budget import OUTPUT_LIMIT_CHARS
 from harness_gym.errors import TaskError
 from harness_gym.paths import cache_dir
 from harness_gym.sandboxes import isolation
-from harness_gym.sandboxes.base import GRADER_DIR, Sandbox, SandboxError, check_mount_path
+from harness_gym.sandboxes.base import GRADER_DIR, GRADER_KEY_DIR, Sandbox, SandboxError, check_mount_path
 from harness_gym.sandboxes.docker_support import extract_image_path
 from harness_gym.tasks.graders.runner_config import copy_originals
 from harness_gym.tasks.judge import apply_judge
@@ -51,7 +52,7 @@ class Task:
     ``grader_payload``: give the grader the episode as JSON (task, final message, transcript in
     OpenClaw's event shape) at ``<grader folder>/payload.json``, named by ``OPENCLAW_REWARD_PAYLOAD``.
     ``judge``: ``None``, or the grading type (``llm_judge`` / ``hybrid``) and rubric for an LLM judge.
-    ``signed_verdict``: the grader reads a fresh key from ``<grader folder>/.verdict-key`` (and deletes
+    ``signed_verdict``: the grader reads a fresh key from ``<grader folder>/.harness-gym-key/.verdict-key`` (and deletes
     it before any workspace code runs) and signs its verdict; any other line is not a verdict.
     ``sign_output``: for a grader that cannot sign (ClawGym's ``reward.sh``): the harness's signer
     (graders/signed_output.py) runs the grade command, refuses a grading that leaves a process
@@ -79,6 +80,10 @@ class Task:
     world: str | None = None  # the world its sandbox runs on (harness_gym.worlds); None: the host's folders
     signed_verdict: bool = False  # accept only a verdict line signed with the key written for this grading
     sign_output: bool = False  # the harness's signer runs the grade command and signs its output
+    # files of the grader folder the grader reads and removes before graded code runs (a hidden test's
+    # expectations): shown in its one writable subfolder, GRADER_KEY_DIR, as the key is, since the rest
+    # of the folder is read-only in the grading sandbox
+    grader_secrets: tuple[str, ...] = ("hidden_tests*.json",)
 
     def __post_init__(self) -> None:
         """Refuse NaN, infinite, zero and negative durations, and a workspace that would be HOME or
@@ -117,7 +122,7 @@ class Task:
         mount = self.grader_mount.replace("{workspace}", self.mount_path)
         env = dict(self.grader_env)
         with isolation.registered_folder("harness-gym-payload-") as extra:  # a kill -9 leaves no key
-            files = list(self.grader_files)
+            files = _secrets_apart(self.grader_files, self.grader_secrets, Path(extra))
             restore = self.metadata.get("restore_files") or ()
             original = self.original_workspace() if restore or self.metadata.get("restore_runner_config") else None
             if original is not None:
@@ -132,13 +137,17 @@ class Task:
             key, command = None, self.grade_command
             if self.signed_verdict or self.sign_output:
                 key = secrets.token_hex(32).encode()
-                (Path(extra) / VERDICT_KEY_FILE).write_bytes(key)
-                files.append(Path(extra) / VERDICT_KEY_FILE)
+                keys = Path(extra) / "key"  # a folder contributes its contents: GRADER_KEY_DIR/.verdict-key
+                (keys / GRADER_KEY_DIR).mkdir(parents=True)
+                (keys / GRADER_KEY_DIR / VERDICT_KEY_FILE).write_bytes(key)
+                files.append(keys)
             if self.sign_output:
                 for source, name in ((SIGNER, SIGNER_NAME), (VERDICT_MODULE, VERDICT_MODULE_NAME)):
                     shutil.copyfile(source, Path(extra) / name)
                     files.append(Path(extra) / name)
-                command = f'python3 -I {{grader}}/{SIGNER_NAME} {{grader}} "$0" {shlex.quote(command)}'
+                # the signer's output fits the sandbox's cap, so the host never cuts what it signed
+                limit = int(getattr(sandbox, "output_limit_chars", OUTPUT_LIMIT_CHARS))
+                command = f'python3 -I {{grader}}/{SIGNER_NAME} {{grader}} "$0" {limit} {shlex.quote(command)}'
             result = sandbox.grade(files, command, self.grader_timeout_s, env, mount)
         stderr = str(result.extra.get("stderr", ""))
         if result.timed_out:
@@ -167,6 +176,24 @@ class Task:
             "final_message": final_message(transcript),
             "transcript": openclaw_transcript(transcript),
         }
+
+
+def _secrets_apart(grader_files: Sequence[Path], patterns: Sequence[str], extra: Path) -> list[Path]:
+    """The grader files with the top-level files of a folder that match ``patterns`` moved into
+    GRADER_KEY_DIR (copies in ``extra``; a folder contributes its contents, as in staging)."""
+    files: list[Path] = []
+    for index, source in enumerate(grader_files):
+        secret = sorted(p for pattern in patterns for p in Path(source).glob(pattern)) if Path(source).is_dir() else []
+        if not secret:
+            files.append(Path(source))
+            continue
+        copy, keys = extra / f"grader-{index}", extra / f"secrets-{index}" / GRADER_KEY_DIR
+        shutil.copytree(source, copy)
+        keys.mkdir(parents=True)
+        for path in secret:
+            (copy / path.name).replace(keys / path.name)
+        files += [copy, keys.parent]
+    return files
 
 
 def _pristine(folder: Path, original: Path, paths: Sequence[str], runner_config: bool = False) -> Path:

@@ -100,11 +100,30 @@ def split_reasoning(text: str) -> tuple[str, str]:
     return "\n".join(r.strip() for r in reasoning).strip(), text
 
 
+def _detectors() -> tuple[tuple[ToolFormat, tuple[str, ...] | None], ...]:
+    """DETECTION_ORDER as (format, its markers) where the format detects by markers alone (the
+    base :meth:`ToolFormat.detect`), (format, None) where it has a detect of its own."""
+    return tuple(
+        (FORMATS[name], FORMATS[name].markers if type(FORMATS[name]).detect is ToolFormat.detect else None)
+        for name in DETECTION_ORDER
+    )
+
+
+_DETECTORS = _detectors()
+
+
 def detect(text: str) -> ToolFormat | None:
-    """The format of the calls in ``text`` (reasoning already removed), None for plain prose."""
-    for name in DETECTION_ORDER:
-        if FORMATS[name].detect(text):
-            return FORMATS[name]
+    """The format of the calls in ``text`` (reasoning already removed), None for plain prose: the
+    first of DETECTION_ORDER whose detect accepts it (markers tested inline, not by a method call
+    per format: auto detection runs at every step)."""
+    for chosen, markers in _DETECTORS:
+        if markers is None:
+            if chosen.detect(text):
+                return chosen
+            continue
+        for marker in markers:
+            if marker in text:
+                return chosen
     return None
 
 

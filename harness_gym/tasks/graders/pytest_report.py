@@ -3,14 +3,17 @@
 Loaded with ``-p pytest_report`` before any test or conftest is imported. The runner used to read
 statuses from pytest's ``-rA`` text on stdout, which the code under test prints to as well
 (``print("PASSED tests/test_x.py::test_y")`` passed a test). Here each outcome goes to the file
-named by ``HARNESS_GYM_REPORT`` (opened at load, the variable then removed), with the status
-names of ``-rA``. The code under test runs in this process, so this cannot be airtight; to catch
-the generic attack, references to the pytest and unittest functions that decide outcomes are
-taken at load and compared before every report: a replaced one marks the run as tampered.
+named by ``HARNESS_GYM_REPORT`` (opened at load, the variable then removed) as pytest reported it
+(phase, outcome, xfail); the runner turns that into ``-rA``'s status names. The code under test
+runs in this process, so this cannot be airtight; to catch the generic attack, references to the pytest and unittest functions that decide outcomes are
+taken at load and compared before every report, and so are this module's own globals: a replaced
+one marks the run as tampered. The hooks keep their helpers in a closure, and no status is decided
+here (exploit patch-report-plugin).
 """
 
 import json
 import os
+import sys
 import unittest
 
 import _pytest.python
@@ -33,41 +36,48 @@ _GUARDED = {
 _ORIGINAL = {name: owner.__dict__.get(attribute) for name, (owner, attribute) in _GUARDED.items()}
 
 
-def _tampered():
-    return sorted(n for n, (owner, attr) in _GUARDED.items() if owner.__dict__.get(attr) is not _ORIGINAL[n])
+def _hooks(report_file, guarded, original, module):
+    """The plugin's hooks, holding what they use in their closure (not in this module's globals,
+    which the code under test can rebind): ``pytest_report._tampered = lambda: []`` changes nothing
+    they call, and is itself reported (every global of this module is compared with its value at
+    load). They write what pytest reported, not a status: the runner, in a process the code under
+    test does not reach, turns it into one."""
+    own: dict = {}
+
+    def snapshot():
+        own.update((name, value) for name, value in vars(module).items() if not name.startswith("__"))
+
+    def tampered():
+        found = {n for n, (owner, attr) in guarded.items() if owner.__dict__.get(attr) is not original[n]}
+        now = {name: value for name, value in vars(module).items() if not name.startswith("__")}
+        found.update(f"pytest_report.{name}" for name in set(own) | set(now) if now.get(name) is not own.get(name))
+        return sorted(found)
+
+    def write(record):
+        report_file.write(json.dumps(record) + "\n")
+        report_file.flush()
+
+    def pytest_runtest_logreport(report):
+        found = tampered()
+        if found:
+            write({"tampered": found})
+        write(
+            {
+                "test": str(report.nodeid),
+                "when": str(report.when),
+                "outcome": str(report.outcome),
+                "xfail": hasattr(report, "wasxfail"),
+            }
+        )
+
+    def pytest_sessionfinish(session, exitstatus):
+        found = tampered()
+        if found:
+            write({"tampered": found})
+        write({"finished": True})
+
+    return pytest_runtest_logreport, pytest_sessionfinish, snapshot
 
 
-def _write(record):
-    _REPORT.write(json.dumps(record) + "\n")
-    _REPORT.flush()
-
-
-def _status(report):
-    xfail = hasattr(report, "wasxfail")
-    if report.when == "call":
-        if report.passed:
-            return "XPASS" if xfail else "PASSED"
-        if report.skipped:
-            return "XFAIL" if xfail else "SKIPPED"
-        return "FAILED"
-    if report.failed:
-        return "ERROR"
-    if report.skipped and report.when == "setup":
-        return "SKIPPED"
-    return None
-
-
-def pytest_runtest_logreport(report):
-    tampered = _tampered()
-    if tampered:
-        _write({"tampered": tampered})
-    status = _status(report)
-    if status is not None:
-        _write({"test": report.nodeid, "status": status})
-
-
-def pytest_sessionfinish(session, exitstatus):
-    tampered = _tampered()
-    if tampered:
-        _write({"tampered": tampered})
-    _write({"finished": True})
+pytest_runtest_logreport, pytest_sessionfinish, _snapshot = _hooks(_REPORT, _GUARDED, _ORIGINAL, sys.modules[__name__])
+_snapshot()  # last: every global this module has from here on

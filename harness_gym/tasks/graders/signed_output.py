@@ -1,7 +1,7 @@
 """Runs a grade command that cannot sign its verdict (ClawGym's ``reward.sh``, a task's own
 script) INSIDE the grading sandbox, and signs what it printed (standard library only).
 
-Usage: ``python3 -I signed_output.py GRADER_FOLDER SHELL COMMAND``. The key is taken first
+Usage: ``python3 -I signed_output.py GRADER_FOLDER SHELL LIMIT COMMAND``. The key is taken first
 (``verdict.take_key``: this process becomes non-dumpable and the key file is gone before the
 command runs). The command's stdout goes to a pipe this process reads (a file's offset could be
 moved back by the graded code). This process is a child subreaper, so everything the command starts stays its
@@ -9,7 +9,9 @@ descendant however it forks; when the command ends, a descendant still alive (a 
 process whose main thread exited while another thread writes) makes the grading a grader error
 (status 125): nothing the graded code started is alive when the output is read. Then the output's
 tail and one line ``{"harness_gym_output_signature": HMAC(key, "<status>\\n" + tail), "status"}``
-are printed; the host accepts only the text that line signs (``tasks/base.py``).
+are printed; the host accepts only the text that line signs (``tasks/base.py``). All of it fits in
+LIMIT bytes, the sandbox's output cap (a longer output would be cut in its middle by the host and
+no longer match its signature: an honest grading scoring 0).
 """
 
 import contextlib
@@ -24,7 +26,8 @@ import sys
 import threading
 
 LEFTOVER_STATUS = 125
-TAIL_CHARS = 16000  # what is kept of the command's output (the verdict is its last lines)
+TAIL_CHARS = 16000  # what the reader thread keeps at least of the command's output (the verdict is its last lines)
+SIGNATURE_ROOM = 256  # bytes of LIMIT kept for the signature line
 SIGNATURE_KEY = "harness_gym_output_signature"
 
 
@@ -75,8 +78,22 @@ class Tail:
                 del self.data[: len(self.data) - 4 * TAIL_CHARS]
 
 
+def fitted(data, dropped, limit):
+    """The output's tail as text whose UTF-8 form, elision note included, is at most ``limit`` bytes."""
+    text = data.decode("utf-8", errors="replace").replace("\r", "\n").encode("utf-8")
+    if not text.endswith(b"\n") and text:
+        text += b"\n"
+    if dropped or len(text) > limit:
+        keep = max(limit - 64, 0)  # room for the note
+        dropped += len(text) - min(keep, len(text))
+        text = text[len(text) - keep :] if keep else b""
+        note = f"[... {dropped} bytes of the grader's output elided ...]\n".encode()
+        text = note[:limit] + text
+    return text.decode("utf-8", errors="ignore")  # a character cut at the start goes whole
+
+
 def main():
-    folder, shell, command = sys.argv[1:4]
+    folder, shell, limit, command = sys.argv[1:5]
     key = _verdict_module().take_key(folder)
     # PR_SET_CHILD_SUBREAPER; where it fails, the sandbox's guard still refuses leftovers
     with contextlib.suppress(OSError, AttributeError):
@@ -96,14 +113,7 @@ def main():
         )
         sys.exit(LEFTOVER_STATUS)
     tail.thread.join()  # no process that could hold the pipe is alive: it is at its end
-    text = bytes(tail.data).decode("utf-8", errors="replace").replace("\r", "\n")
-    dropped = tail.dropped
-    if len(text) > TAIL_CHARS:
-        dropped, text = dropped + len(text) - TAIL_CHARS, text[-TAIL_CHARS:]
-    if dropped:
-        text = f"[... {dropped} characters of the grader's output elided ...]\n" + text
-    if text and not text.endswith("\n"):
-        text += "\n"
+    text = fitted(bytes(tail.data), tail.dropped, max(int(limit) - SIGNATURE_ROOM, 0))
     sys.stdout.write(text)
     if key is not None:
         sys.stdout.write(json.dumps({SIGNATURE_KEY: signed_text(key, status, text), "status": status}) + "\n")

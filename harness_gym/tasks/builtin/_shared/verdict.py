@@ -1,6 +1,7 @@
 """Signed verdicts, for graders that run code of the workspace (standard library only).
 
-The host writes a fresh key to ``GRADER/.verdict-key`` for a task with ``signed_verdict: true``
+The host writes a fresh key to ``GRADER/.harness-gym-key/.verdict-key`` (the one writable
+subfolder of the grader's read-only folder) for a task with ``signed_verdict: true``
 and accepts only a stdout line signed with it. A grader calls :func:`take_key` first, before
 anything of the workspace runs: it makes this process non-dumpable (no process of the same user
 may read its memory or open its descriptors through /proc) and removes the key file, so the
@@ -12,6 +13,7 @@ import hmac
 import json
 import os
 
+KEY_DIR = ".harness-gym-key"  # GRADER_KEY_DIR of sandboxes/base.py: keep the two identical
 KEY_FILE = ".verdict-key"
 
 
@@ -29,7 +31,7 @@ def not_dumpable():
 def take_key(folder):
     """The key (None when the host gave none, e.g. a grader run by hand), removed from ``folder``."""
     not_dumpable()
-    path = os.path.join(folder, KEY_FILE)
+    path = os.path.join(folder, KEY_DIR, KEY_FILE)
     if not os.path.exists(path):
         return None
     with open(path, "rb") as handle:
