@@ -161,6 +161,30 @@ SWE_TEST_PATCH = "\n".join(
 )
 
 
+def swe_and_r2e_docker_tasks(swe_image, tmp_path, monkeypatch):
+    """A SWE-bench row and an R2E row of the demo calc instance, on the private Docker engine's image."""
+    import json
+
+    from harness_gym.tasks import load_tasks
+
+    host, tag = swe_image
+    monkeypatch.setenv("DOCKER_HOST", host)
+    monkeypatch.setenv("HARNESS_GYM_CACHE", str(tmp_path / "cache"))
+    swe = {
+        "repo": "demo/calc", "instance_id": "demo__calc-1", "base_commit": "abc", "patch": "",
+        "test_patch": SWE_TEST_PATCH, "problem_statement": "add() subtracts instead of adding.",
+        "FAIL_TO_PASS": json.dumps(["tests/test_calc.py::test_add"]),
+        "PASS_TO_PASS": json.dumps(["tests/test_calc.py::test_sub"]),
+    }  # fmt: skip
+    r2e = {
+        "repo_name": "calc", "docker_image": tag, "commit_hash": "9" * 40, "problem_statement": "add() subtracts.",
+        "expected_output_json": json.dumps({"test_add": "PASSED", "test_sub": "PASSED"}),
+    }  # fmt: skip
+    (tmp_path / "swe.jsonl").write_text(json.dumps(swe) + "\n")
+    (tmp_path / "r2e.jsonl").write_text(json.dumps(r2e) + "\n")
+    return load_tasks(f"swebench:{tmp_path / 'swe.jsonl'}#image={tag}") + load_tasks(f"r2e:{tmp_path / 'r2e.jsonl'}")
+
+
 def r2e_parsed_commit(diff_text):
     """A git diff as R2E-Gym's commit parser stores it: split on newlines (so the newline that ends
     the text becomes one more empty context line of the last hunk), header lines by prefix."""

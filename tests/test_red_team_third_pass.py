@@ -264,28 +264,10 @@ def test_an_honest_solution_with_a_long_output_still_scores(claw):  # noqa: F811
 
 
 def test_patching_the_report_plugin_earns_nothing_in_docker(swe_image, tmp_path, monkeypatch):
-    import json
 
-    from conftest import SWE_TEST_PATCH
+    from conftest import swe_and_r2e_docker_tasks
 
-    from harness_gym.tasks import load_tasks
-
-    host, tag = swe_image
-    monkeypatch.setenv("DOCKER_HOST", host)
-    monkeypatch.setenv("HARNESS_GYM_CACHE", str(tmp_path / "cache"))
-    swe = {
-        "repo": "demo/calc", "instance_id": "demo__calc-1", "base_commit": "abc", "patch": "",
-        "test_patch": SWE_TEST_PATCH, "problem_statement": "add() subtracts instead of adding.",
-        "FAIL_TO_PASS": json.dumps(["tests/test_calc.py::test_add"]),
-        "PASS_TO_PASS": json.dumps(["tests/test_calc.py::test_sub"]),
-    }  # fmt: skip
-    r2e = {
-        "repo_name": "calc", "docker_image": tag, "commit_hash": "9" * 40, "problem_statement": "add() subtracts.",
-        "expected_output_json": json.dumps({"test_add": "PASSED", "test_sub": "PASSED"}),
-    }  # fmt: skip
-    (tmp_path / "swe.jsonl").write_text(json.dumps(swe) + "\n")
-    (tmp_path / "r2e.jsonl").write_text(json.dumps(r2e) + "\n")
-    tasks = load_tasks(f"swebench:{tmp_path / 'swe.jsonl'}#image={tag}") + load_tasks(f"r2e:{tmp_path / 'r2e.jsonl'}")
+    tasks = swe_and_r2e_docker_tasks(swe_image, tmp_path, monkeypatch)
     attack = Exploit(
         "patch-report-plugin", "replace the plugin's _status", ({"bash": f"cd /testbed && {PATCH_REPORT_PLUGIN}"},)
     )

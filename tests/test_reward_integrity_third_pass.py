@@ -344,26 +344,9 @@ def test_the_sandbox_environ_shows_nothing_of_the_hosts_working_directory(tmp_pa
 
 def test_an_undead_writer_earns_nothing_on_swe_and_r2e_tasks_in_docker(swe_image, tmp_path, monkeypatch):
     """The runner signs its verdict and the guard sees every thread, in the instance's container."""
-    from conftest import SWE_TEST_PATCH
+    from conftest import swe_and_r2e_docker_tasks
 
-    from harness_gym.tasks import load_tasks
-
-    host, tag = swe_image
-    monkeypatch.setenv("DOCKER_HOST", host)
-    monkeypatch.setenv("HARNESS_GYM_CACHE", str(tmp_path / "cache"))
-    swe = {
-        "repo": "demo/calc", "instance_id": "demo__calc-1", "base_commit": "abc", "patch": "",
-        "test_patch": SWE_TEST_PATCH, "problem_statement": "add() subtracts instead of adding.",
-        "FAIL_TO_PASS": json.dumps(["tests/test_calc.py::test_add"]),
-        "PASS_TO_PASS": json.dumps(["tests/test_calc.py::test_sub"]),
-    }  # fmt: skip
-    r2e = {
-        "repo_name": "calc", "docker_image": tag, "commit_hash": "9" * 40, "problem_statement": "add() subtracts.",
-        "expected_output_json": json.dumps({"test_add": "PASSED", "test_sub": "PASSED"}),
-    }  # fmt: skip
-    (tmp_path / "swe.jsonl").write_text(json.dumps(swe) + "\n")
-    (tmp_path / "r2e.jsonl").write_text(json.dumps(r2e) + "\n")
-    tasks = load_tasks(f"swebench:{tmp_path / 'swe.jsonl'}#image={tag}") + load_tasks(f"r2e:{tmp_path / 'r2e.jsonl'}")
+    tasks = swe_and_r2e_docker_tasks(swe_image, tmp_path, monkeypatch)
     for task in tasks:
         assert task.signed_verdict
         fixed = play(task, Exploit("honest", "the fix", ({"bash": "sed -i '2s/a - b/a + b/' /testbed/calc.py"},)))
