@@ -49,3 +49,22 @@ def test_readme_example(index, capsys):
     printed = capsys.readouterr().out
     if expected.strip():
         assert matches(expected, printed), f"README example {index} printed:\n{printed}\nthe README shows:\n{expected}"
+
+
+def test_every_relative_link_and_image_is_a_tracked_file():
+    """A link or plot the README shows must be in the repository: ``benchmarks/results/`` is
+    ignored by git, so a figure written there and never force-added is a broken image on a clean clone."""
+    import subprocess
+
+    root = README.parent
+    tracked = set(
+        subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    )
+    targets = {
+        m.split("#")[0] for m in re.findall(r"\]\(([^)\s]+)\)", TEXT) if "://" not in m and not m.startswith("#")
+    }
+    assert targets, "the README links no file: the pattern is wrong"
+    missing = sorted(
+        t for t in targets if t not in tracked and not any(p.startswith(t.rstrip("/") + "/") for p in tracked)
+    )
+    assert not missing, f"README links files that are not tracked by git: {missing}"
