@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from harness_gym.design import TRAINING_SET, heldout_set
-from harness_gym.records import HarnessChoice, classify_config, harness_choice
+from harness_gym.records import HarnessChoice, classify_config, harness_choice, resolve_harnesses
 from harness_gym.replication.data import (
     ARM_SPECS,
     ArmData,
@@ -37,7 +37,14 @@ from harness_gym.replication.data import (
     ladder_suite,
     record_arm_pools,
 )
-from harness_gym.replication.evaluate import acted_effects, class_figures, model_summary, over_seeds, run_bench
+from harness_gym.replication.evaluate import (
+    acted_effects,
+    bench_wall_seconds,
+    class_figures,
+    model_summary,
+    over_seeds,
+    run_bench,
+)
 from harness_gym.replication.report import model_entry, pct, write_outputs
 from harness_gym.replication.sft import TrainConfig, default_threads, tokenize_row, train
 from harness_gym.space import BASE_CONFIG, HarnessConfig
@@ -65,11 +72,15 @@ class Profile:
     heldout_configs: int = 18
     renamed: int = 9  # the first N held-out configurations again with resampled tool names (0: none)
     presets: tuple[str, ...] = ("Harness-ClaudeCodeStyle", "Harness-OpenClawStyle")
+    # real CLIs whose prompts fit the model's context (about 1.4k tokens a request; issue 26's table),
+    # the checkpoint behind them through harness-gym's model server: the out-of-space class
+    externals: tuple[str, ...] = ("external:claude-code-bare", "external:mini-swe-agent")
     max_steps: int = 16  # the ladder's upper rungs take 6 or more; a truncated episode is graded as it stands
     # The untrained model makes no tool call in any harness (it answers in prose), so beyond the
     # base harness its episodes would measure nothing; True runs them.
     untrained_everywhere: bool = False
     max_new_tokens: int = 96
+    bench_workers: int = 4  # episodes run at once, their model calls decoded as one batch
     train: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=1, learning_rate=1e-4, trainable_layers=10))
 
 
@@ -103,6 +114,7 @@ PROFILES = {
         eval_tasks_heldout_templates=0,
         renamed=0,
         presets=(),
+        externals=(),
         max_steps=2,
         pool_tasks=72,
         tasks_per_arm=48,
@@ -235,14 +247,14 @@ def eval_runs(profile: Profile, *, trained: bool) -> list[EvalRun]:
         runs.append(EvalRun("heldout_renamed", renamed, "tasks", profile.eval_tasks, (("resample_names", True),)))
     if profile.presets:
         runs.append(EvalRun("presets", tuple(harness_choice(p) for p in profile.presets), "tasks", profile.eval_tasks))
+    if profile.externals:
+        runs.append(
+            EvalRun("external", tuple(resolve_harnesses(",".join(profile.externals))), "tasks", profile.eval_tasks)
+        )
     if profile.eval_tasks_heldout_templates and profile.suite != "easy":
         chosen = (base, *heldout[: profile.template_configs])
         runs.append(EvalRun("heldout_templates", chosen, "heldout_templates", profile.eval_tasks_heldout_templates))
     return runs
-
-
-def _bench_seconds(records: list[dict[str, Any]]) -> float:
-    return sum(float((r.get("durations") or {}).get("episode_s", 0.0)) for r in records)
 
 
 def run(profile: Profile, out: Path, work: Path, progress: bool = True) -> dict[str, Any]:
@@ -285,8 +297,8 @@ def run(profile: Profile, out: Path, work: Path, progress: bool = True) -> dict[
     data: dict[str, Any] = {}
     training: dict[str, Any] = {}
     stages.start("bench untrained")
-    records = _bench_model(profile, base_model, "untrained", eval_lists, work, progress, trained=False)
-    stages.finish(_bench_seconds(records))
+    records, seconds = _bench_model(profile, base_model, "untrained", eval_lists, work, progress, trained=False)
+    stages.finish(seconds)
     models["untrained"] = _entry(records)
     for seed in seeds:
         stages.start(f"seed {seed}: record reference trajectories and export them with train masks")
@@ -304,8 +316,8 @@ def run(profile: Profile, out: Path, work: Path, progress: bool = True) -> dict[
             training[label] = _train_or_reuse(base_model, arms[spec.name].examples, folder, config, progress)
             stages.finish(float(training[label].get("seconds", 0.0)))
             stages.start(f"bench {label}")
-            records = _bench_model(profile, folder, label, eval_lists, work, progress, trained=True)
-            stages.finish(_bench_seconds(records))
+            records, seconds = _bench_model(profile, folder, label, eval_lists, work, progress, trained=True)
+            stages.finish(seconds)
             models[label] = _entry(records)
             runs_by_arm[spec.name].append(models[label])
             figures = models[label]
@@ -369,20 +381,24 @@ def _bench_model(
     progress: bool,
     *,
     trained: bool,
-) -> list[dict[str, Any]]:
-    """Every evaluation class of one model; records tagged with the class (bench records resume)."""
+) -> tuple[list[dict[str, Any]], float]:
+    """Every evaluation class of one model: the records, tagged with the class (bench records
+    resume), and the wall time of the runs that produced them."""
     records: list[dict[str, Any]] = []
+    seconds = 0.0
     for run_ in eval_runs(profile, trained=trained):
         tasks = eval_lists[run_.tasks][: run_.count]
         if not tasks or not run_.harnesses:
             continue
         common: dict[str, Any] = {"seed": profile.eval_seed, "max_steps": profile.max_steps, "max_new_tokens": profile.max_new_tokens, "label": label, "progress": progress}  # fmt: skip
+        out_dir = work / "bench" / label.replace("/", "-") / run_.klass
         found = run_bench(
-            folder, list(run_.harnesses), tasks, work / "bench" / label.replace("/", "-") / run_.klass,
-            env_options=dict(run_.env_options), **common,
+            folder, list(run_.harnesses), tasks, out_dir, env_options=dict(run_.env_options),
+            workers=profile.bench_workers, **common,
         )  # fmt: skip
         records += [{**r, "eval_class": run_.klass} for r in found]
-    return records
+        seconds += bench_wall_seconds(out_dir)
+    return records, seconds
 
 
 def _arm_data(
