@@ -99,6 +99,7 @@ PROFILES = {
         heldout_configs=2,
         renamed=0,
         presets=(),
+        externals=(),  # about 4 minutes an episode behind a CLI on the loaded cores: full profile only
         max_steps=8,
         train=TrainConfig(epochs=1, learning_rate=1e-4, trainable_layers=8),
     ),
