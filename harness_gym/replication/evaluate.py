@@ -288,11 +288,11 @@ def run_bench(
     )
     results = out_dir / "results.jsonl"
     before = len(load_records(results)) if results.exists() else 0
-    started = time.perf_counter()
+    previous, started = bench_wall_seconds(out_dir), time.perf_counter()
     path = runner.run()
     records = [{**r, "model_label": label} for r in load_records(path)]
     if len(records) > before:  # episodes ran now: add this run's time to what produced the earlier ones
-        seconds = bench_wall_seconds(out_dir) + time.perf_counter() - started
+        seconds = previous + time.perf_counter() - started
         (out_dir / WALL_FILE).write_text(json.dumps({"seconds": seconds}) + "\n", encoding="utf-8")
     return records
 
