@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -176,23 +177,25 @@ class Stages:
     def __init__(self, total: int) -> None:
         self.total, self.index, self.started = total, 0, time.perf_counter()
         self.times: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}  # this process's CPU seconds (all threads) per stage run now
         self.reused: list[str] = []
-        self._current: tuple[str, float] | None = None
+        self._current: tuple[str, float, float] | None = None
 
     def start(self, name: str) -> None:
         self.finish()
         self.index += 1
         print(f"[{self.index}/{self.total}] {name} (t={time.perf_counter() - self.started:.0f}s)", flush=True)
-        self._current = (name, time.perf_counter())
+        self._current = (name, time.perf_counter(), time.process_time())
 
     def finish(self, produced_s: float | None = None) -> None:
         """End the current stage; ``produced_s``: the time its outputs took to produce, when they
         say (a checkpoint's training time, the sum of a resumed bench's episode times)."""
         if self._current is None:
             return
-        name, began = self._current
+        name, began, cpu = self._current
         now = time.perf_counter() - began
         self.times[name] = now if produced_s is None else produced_s
+        self.cpu[name] = time.process_time() - cpu
         note = ""
         if produced_s is not None and produced_s > now + 1.0:
             self.reused.append(name)
@@ -343,6 +346,8 @@ def run(profile: Profile, out: Path, work: Path, progress: bool = True) -> dict[
         "models": models,
         "over_seeds": {arm: _over_seeds(entries) for arm, entries in runs_by_arm.items()},
         "timings_s": stages.times,
+        "cpu_s": stages.cpu,  # CPU seconds of this invocation per stage (a reused stage's are its read-back)
+        "load_average": os.getloadavg(),
         "reused_stages": stages.reused,
         "estimated_cost_s": estimate,
         "command": f"python -m benchmarks.replication --profile {profile.name}",
