@@ -80,7 +80,10 @@ class Profile:
     # The untrained model makes no tool call in any harness (it answers in prose), so beyond the
     # base harness its episodes would measure nothing; True runs them.
     untrained_everywhere: bool = False
-    max_new_tokens: int = 96
+    # The reference's longest reply on the ladder is 206 tokens (its first turn: a plan of every
+    # step, then the call; measured 2026-12-02 over the small profile's 128 policy turns, p90 118):
+    # a cap below that cuts a faithful imitation off before its call.
+    max_new_tokens: int = 256
     bench_workers: int = 4  # episodes run at once, their model calls decoded as one batch
     train: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=1, learning_rate=1e-4, trainable_layers=10))
 
@@ -118,6 +121,7 @@ PROFILES = {
         presets=(),
         externals=(),
         max_steps=2,
+        max_new_tokens=96,  # one-call replies
         pool_tasks=72,
         tasks_per_arm=48,
         eval_tasks=3,
