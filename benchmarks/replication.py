@@ -67,6 +67,7 @@ class Profile:
     eval_seed: int = 1007
     eval_tasks: int = 2  # per training / held-out configuration (and per renamed / preset harness)
     eval_tasks_base: int = 12  # on the base harness (the gap's first term)
+    untrained_tasks: int = 0  # the untrained model's base-harness tasks (0: eval_tasks_base)
     eval_tasks_heldout_templates: int = 3  # held-out templates: base harness and the first template_configs
     template_configs: int = 6  # held-out configurations the held-out templates run in
     training_configs: int = 8  # of the 17 training configurations besides the base one
@@ -89,7 +90,10 @@ class Profile:
 
 
 PROFILES = {
-    "full": Profile("full"),
+    # 12 steps: 1.5 times the ladder's longest reference episode (8 turns), so a faithful solution
+    # fits with room to recover, and a model that never ends costs 12 turns, not 16; the untrained
+    # model (prose, no call, 0% in every run so far) on 4 base-harness tasks, not 12
+    "full": Profile("full", max_steps=12, untrained_tasks=4),
     "small": Profile(
         "small",
         pool_tasks=12,
@@ -109,7 +113,12 @@ PROFILES = {
     ),
     # the paper's ablation rows: random-18 vs OA18, K=1, K=4 and the single-configuration h1
     "ablation": Profile(
-        "ablation", arms=("base", "oa18", "random18", "oa18-k1", "oa18-k4", "h1"), renamed=0, pool_tasks=64
+        "ablation",
+        arms=("base", "oa18", "random18", "oa18-k1", "oa18-k4", "h1"),
+        renamed=0,
+        pool_tasks=64,
+        max_steps=12,
+        untrained_tasks=4,
     ),
     # the profile of the committed 2026-11-30 figures: one-call easy tasks (it saturates)
     "easy": Profile(
@@ -130,12 +139,20 @@ PROFILES = {
     ),
 }
 
-# Measured on this 2-core machine (README, 2026-11-30 full easy profile, loaded): SFT 733 s for 96
-# trajectories of 2 policy turns (arm A) and 1167 s (arm B); the bench 1357 s for 121 episodes of
-# at most 2 steps. Per policy turn: about 5 s of SFT and 6 s of bench. The ladder's mean reference
-# episode is 4 to 5 turns (more under W2's plan and progress checks).
-SFT_S_PER_TURN = 5.0
-BENCH_S_PER_STEP = 6.0
+# Rates measured 2026-12-02 in the small ladder profile's run, as CPU seconds of the process (one
+# torch thread): the 2 cores were at load 15-40, so that run's wall times say nothing of quiet cores.
+SFT_CPU_S_PER_KTOKEN = 5.2  # 112 CPU s for arm A's 16 trajectories, 21.3k tokens (top 8 layers trained)
+DECODE_CPU_S_PER_TOKEN = 0.073  # 54 CPU s for 8 steps of 96 new tokens each (the untrained model)
+BATCHED_DECODE = 0.85  # 4 calls decoded as one batch took 0.85 of the CPU of the 4 alone (8.2 s vs 9.6 s)
+REPLY_TOKENS = 58  # the reference's mean reply on the ladder (128 policy turns; the longest 206)
+TRAJECTORY_TOKENS = {"base": 1333}  # mean tokens of a trajectory in the base harness; other arms:
+OTHER_TRAJECTORY_TOKENS = 1856  # the 18 OA configurations' mean (longer system prompts and tool lists)
+# Assumed, not measured here: a step's prefill from the cached prefix plus its sandbox call; a
+# request behind a real CLI (no prefix cache: about 1.4k tokens prefilled at the forward pass's
+# share of the SFT rate, 1/1.67, plus a reply); two torch threads on two idle cores.
+STEP_CPU_S = 1.0
+EXTERNAL_TURN_CPU_S = 1.4 * SFT_CPU_S_PER_KTOKEN / 1.67 + REPLY_TOKENS * DECODE_CPU_S_PER_TOKEN
+QUIET_CORES = 2 * 0.85
 
 
 def mean_turns(profile: Profile) -> float:
@@ -145,14 +162,24 @@ def mean_turns(profile: Profile) -> float:
 
 
 def estimate_cost(profile: Profile) -> dict[str, float]:
-    """Estimated seconds per stage kind on two quiet cores, from the measured rates above."""
-    turns = mean_turns(profile)
+    """Estimated seconds per stage kind on two quiet cores, from the rates above: trained models
+    at the reference's mean turns and reply length (an episode the model never ends costs up to
+    ``max_steps`` turns, so a model that fails by looping costs more), the untrained model at
+    ``max_steps`` turns of ``max_new_tokens`` (it answers in prose and never finishes)."""
+    turns = min(mean_turns(profile), profile.max_steps)
     trajectories = profile.tasks_per_arm * 2
-    runs = len(profile.arms) * len(profile.training_seeds)
-    sft = runs * trajectories * turns * SFT_S_PER_TURN
-    per_model = len(evaluation_plan(profile, trained=True))
-    bench = (runs * per_model + profile.eval_tasks_base) * min(turns, profile.max_steps) * BENCH_S_PER_STEP
-    return {"sft_s": sft, "bench_s": bench, "total_s": sft + bench, "mean_turns": turns}
+    seeds = len(profile.training_seeds)
+    tokens = sum(TRAJECTORY_TOKENS.get(arm, OTHER_TRAJECTORY_TOKENS) for arm in profile.arms) * seeds * trajectories
+    sft = tokens / 1000 * SFT_CPU_S_PER_KTOKEN
+    plan = evaluation_plan(profile, trained=True)
+    external = sum(1 for klass, _ in plan if klass == "external")
+    step = REPLY_TOKENS * DECODE_CPU_S_PER_TOKEN * BATCHED_DECODE + STEP_CPU_S
+    per_model = (len(plan) - external) * turns * step + external * turns * EXTERNAL_TURN_CPU_S
+    untrained = len(evaluation_plan(profile, trained=False)) * profile.max_steps
+    untrained_s = untrained * (profile.max_new_tokens * DECODE_CPU_S_PER_TOKEN * BATCHED_DECODE + STEP_CPU_S)
+    bench = len(profile.arms) * seeds * per_model + untrained_s
+    cost = {"sft_s": sft, "bench_s": bench, "total_s": sft + bench}
+    return {**{k: v / QUIET_CORES for k, v in cost.items()}, "cpu_s": cost["total_s"], "mean_turns": turns}
 
 
 def training_suite(profile: Profile) -> str:
@@ -241,7 +268,8 @@ def eval_runs(profile: Profile, *, trained: bool) -> list[EvalRun]:
     """The evaluation classes of one model: base harness (more tasks), training and held-out
     configurations, held-out with resampled names, the imitation presets, held-out templates."""
     base, others = evaluation_harnesses(profile)
-    runs = [EvalRun("base", (base,), "tasks", profile.eval_tasks_base)]
+    base_tasks = profile.eval_tasks_base if trained else (profile.untrained_tasks or profile.eval_tasks_base)
+    runs = [EvalRun("base", (base,), "tasks", base_tasks)]
     if not trained and not profile.untrained_everywhere:
         return runs
     training = tuple(c for c in others if c.klass == "training")
