@@ -381,6 +381,30 @@ def test_real_clis_are_an_evaluation_class_served_the_checkpoint(tmp_path):
     assert "external" not in {r.klass for r in eval_runs(PROFILES["easy"], trained=True)}
 
 
+@pytest.mark.slow
+@requires_bwrap
+def test_the_reply_cap_holds_the_references_longest_reply(tokenizer, tmp_path):
+    """The ladder's upper rung starts with a plan of every step and then the call: the profile's
+    reply cap must hold that whole reply, or a faithful imitation is cut off before its call (the
+    former cap of 96 tokens did that)."""
+    from benchmarks.replication import PROFILES
+    from harness_gym.export import sft_rows
+    from harness_gym.replication.data import ladder_suite, record_trajectories
+
+    suite = ladder_suite(7, 2, rungs="4")
+    tasks = load_tasks(suite)
+    paths = record_trajectories(suite, tasks, [(t.id, BASE_CONFIG) for t in tasks], tmp_path)
+    rows, _ = sft_rows(paths, tasks=suite, tool_format="hermes")
+    longest = 0
+    for row in rows:
+        example = tokenize_row(row, tokenizer)
+        run = 0
+        for trained in (*example.trained, False):
+            run = run + 1 if trained else 0
+            longest = max(longest, run)
+    assert 96 < longest <= min(p.max_new_tokens for name, p in PROFILES.items() if p.suite == "ladder")
+
+
 @requires_bwrap
 def test_every_arm_records_the_same_ladder_tasks(tokenizer, tmp_path):
     """The real data step (reference agent in sandboxes, SFT export, tokenizer) for all six arms."""
