@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -85,6 +86,9 @@ class Profile:
     # step, then the call; measured 2026-12-02 over the small profile's 128 policy turns, p90 118):
     # a cap below that cuts a faithful imitation off before its call.
     max_new_tokens: int = 256
+    # the untrained model answers every turn in prose and never calls a tool, so its replies run to
+    # the cap: 96 tokens show that as well as 256 at less than half the cost
+    untrained_max_new_tokens: int = 96
     bench_workers: int = 4  # episodes run at once, their model calls decoded as one batch
     train: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=1, learning_rate=1e-4, trainable_layers=10))
 
@@ -109,7 +113,9 @@ PROFILES = {
         presets=(),
         externals=(),  # about 4 minutes an episode behind a CLI on the loaded cores: full profile only
         max_steps=8,
-        train=TrainConfig(epochs=1, learning_rate=1e-4, trainable_layers=8),
+        # 1 epoch at 1e-4 (16 steps) left arm A at 0% in its own harness (2026-12-02: the call
+        # format learned, tool names and arguments not): 3 epochs at 3e-4
+        train=TrainConfig(epochs=3, learning_rate=3e-4, trainable_layers=8),
     ),
     # the paper's ablation rows: random-18 vs OA18, K=1, K=4 and the single-configuration h1
     "ablation": Profile(
@@ -165,18 +171,18 @@ def estimate_cost(profile: Profile) -> dict[str, float]:
     """Estimated seconds per stage kind on two quiet cores, from the rates above: trained models
     at the reference's mean turns and reply length (an episode the model never ends costs up to
     ``max_steps`` turns, so a model that fails by looping costs more), the untrained model at
-    ``max_steps`` turns of ``max_new_tokens`` (it answers in prose and never finishes)."""
+    ``max_steps`` turns of ``untrained_max_new_tokens`` (it answers in prose and never finishes)."""
     turns = min(mean_turns(profile), profile.max_steps)
     trajectories = profile.tasks_per_arm * 2
     seeds = len(profile.training_seeds)
     tokens = sum(TRAJECTORY_TOKENS.get(arm, OTHER_TRAJECTORY_TOKENS) for arm in profile.arms) * seeds * trajectories
-    sft = tokens / 1000 * SFT_CPU_S_PER_KTOKEN
+    sft = profile.train.epochs * tokens / 1000 * SFT_CPU_S_PER_KTOKEN
     plan = evaluation_plan(profile, trained=True)
     external = sum(1 for klass, _ in plan if klass == "external")
     step = REPLY_TOKENS * DECODE_CPU_S_PER_TOKEN * BATCHED_DECODE + STEP_CPU_S
     per_model = (len(plan) - external) * turns * step + external * turns * EXTERNAL_TURN_CPU_S
     untrained = len(evaluation_plan(profile, trained=False)) * profile.max_steps
-    untrained_s = untrained * (profile.max_new_tokens * DECODE_CPU_S_PER_TOKEN * BATCHED_DECODE + STEP_CPU_S)
+    untrained_s = untrained * (profile.untrained_max_new_tokens * DECODE_CPU_S_PER_TOKEN * BATCHED_DECODE + STEP_CPU_S)
     bench = len(profile.arms) * seeds * per_model + untrained_s
     cost = {"sft_s": sft, "bench_s": bench, "total_s": sft + bench}
     return {**{k: v / QUIET_CORES for k, v in cost.items()}, "cpu_s": cost["total_s"], "mean_turns": turns}
@@ -424,11 +430,12 @@ def _bench_model(
     resume), and the wall time of the runs that produced them."""
     records: list[dict[str, Any]] = []
     seconds = 0.0
+    _discard_stale_bench(profile, folder, work / "bench" / label.replace("/", "-"), _reply_cap(profile, trained))
     for run_ in eval_runs(profile, trained=trained):
         tasks = eval_lists[run_.tasks][: run_.count]
         if not tasks or not run_.harnesses:
             continue
-        common: dict[str, Any] = {"seed": profile.eval_seed, "max_steps": profile.max_steps, "max_new_tokens": profile.max_new_tokens, "label": label, "progress": progress}  # fmt: skip
+        common: dict[str, Any] = {"seed": profile.eval_seed, "max_steps": profile.max_steps, "max_new_tokens": _reply_cap(profile, trained), "label": label, "progress": progress}  # fmt: skip
         out_dir = work / "bench" / label.replace("/", "-") / run_.klass
         found = run_bench(
             folder, list(run_.harnesses), tasks, out_dir, env_options=dict(run_.env_options),
@@ -437,6 +444,30 @@ def _bench_model(
         records += [{**r, "eval_class": run_.klass} for r in found]
         seconds += bench_wall_seconds(out_dir)
     return records, seconds
+
+
+def _reply_cap(profile: Profile, trained: bool) -> int:
+    return profile.max_new_tokens if trained else profile.untrained_max_new_tokens
+
+
+def _discard_stale_bench(profile: Profile, model: Path, bench: Path, reply_cap: int) -> None:
+    """Bench records resume by episode, so records of another checkpoint in the same folder (one
+    retrained with other settings) or of other bench settings would be read back as this one's:
+    ``bench/<label>/key.json`` names what produced them, and a folder of another key is emptied."""
+    log = model / "train_log.json"
+    trained = json.loads(log.read_text(encoding="utf-8")) if log.exists() else {}
+    key = {
+        "checkpoint": {k: trained.get(k) for k in ("config", "trained_tokens", "final_loss")},
+        "max_new_tokens": reply_cap,
+        "max_steps": profile.max_steps,
+        "eval_seed": profile.eval_seed,
+    }
+    path = bench / "key.json"
+    if bench.exists() and (not path.exists() or json.loads(path.read_text(encoding="utf-8")) != key):
+        print(f"      {bench}: records of another checkpoint or bench settings, discarded")
+        shutil.rmtree(bench)
+    bench.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(key) + "\n", encoding="utf-8")
 
 
 def _arm_data(

@@ -349,6 +349,29 @@ def test_a_reused_stage_reports_the_time_that_produced_it(capsys):
     assert "produced in 700s" in capsys.readouterr().out
 
 
+def test_bench_records_of_another_checkpoint_are_not_read_back(tmp_path, capsys):
+    """Bench records resume by episode: after a retrain with other settings (or another reply
+    cap) the model's old records must go, or the new checkpoint would be scored by the old one."""
+    from benchmarks.replication import PROFILES, _discard_stale_bench
+
+    model, bench = tmp_path / "model", tmp_path / "bench" / "base-seed0"
+    model.mkdir()
+    (model / "train_log.json").write_text(json.dumps({"config": {"epochs": 1}, "trained_tokens": 10}))
+    (bench / "base").mkdir(parents=True)
+    (bench / "base" / "results.jsonl").write_text("{}\n")  # records from before keys were written
+    _discard_stale_bench(PROFILES["small"], model, bench, 256)
+    assert not (bench / "base").exists() and "discarded" in capsys.readouterr().out
+    (bench / "base").mkdir()
+    _discard_stale_bench(PROFILES["small"], model, bench, 256)  # same checkpoint and settings: kept
+    assert (bench / "base").exists()
+    (model / "train_log.json").write_text(json.dumps({"config": {"epochs": 3}, "trained_tokens": 10}))
+    _discard_stale_bench(PROFILES["small"], model, bench, 256)  # retrained
+    assert not (bench / "base").exists()
+    (bench / "base").mkdir()
+    _discard_stale_bench(PROFILES["small"], model, bench, 96)  # another reply cap
+    assert not (bench / "base").exists()
+
+
 def test_the_profiles_plan_their_classes_and_estimate_their_cost():
     from benchmarks.replication import PROFILES, estimate_cost, eval_runs
 
