@@ -270,7 +270,9 @@ def test_a_light_cli_runs_in_docker_on_the_world(task: Task, docker_engine: Any,
     _require_installed("claude-code-bare")
     host, _ = docker_engine
     options = {"docker_host": host} if host else None
-    policy = _solution(task, "claude-code-bare", first=(WHERE, "touch /var/cache/hg-escape 2>&1; echo $?"))
+    tree = _require_installed("claude-code-bare")
+    escape = f"touch {tree}/hg-escape; chmod u+w {tree}; echo hg-tree-write=$?"  # root in the container
+    policy = _solution(task, "claude-code-bare", first=(WHERE, escape))
     solved = run_external_episode(
         "external:claude-code-bare",
         task,
@@ -286,6 +288,7 @@ def test_a_light_cli_runs_in_docker_on_the_world(task: Task, docker_engine: Any,
     assert record["sandbox"] == "docker" and record["world"] == "clawgym"
     results = [str(m["content"]) for m in solved.transcript if m["role"] == "tool"]
     assert any("hg-in-the-world" in r for r in results)
+    assert any("hg-tree-write=1" in r for r in results) and not (tree / "hg-escape").exists()  # shown read-only
     nothing = run_external_episode(
         "external:claude-code-bare",
         task,
