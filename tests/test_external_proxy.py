@@ -799,3 +799,44 @@ def test_a_sandbox_uid_connecting_past_its_forwarder_is_capped(tmp_path: Path) -
             mine.close()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_every_dialect_builds_its_canonical_request_with_one_helper() -> None:
+    """anthropic, responses, gemini and chat share :func:`wire.policy_request`: each reads its own
+    max-tokens key (and the temperature), the route's model before the body's, non-numbers dropped."""
+    from harness_gym.external.proxy import anthropic, chat_completions, gemini, openai_responses, wire
+
+    user = "hi"
+    cases = [
+        (
+            anthropic,
+            {"model": "b", "max_tokens": 7, "temperature": 0.5, "messages": [{"role": "user", "content": user}]},
+        ),
+        (openai_responses, {"model": "b", "max_output_tokens": 7, "temperature": 0.5, "input": user}),
+        (
+            gemini,
+            {
+                "contents": [{"role": "user", "parts": [{"text": user}]}],
+                "generationConfig": {"maxOutputTokens": 7, "temperature": 0.5},
+            },
+        ),
+        (
+            chat_completions,
+            {
+                "model": "b",
+                "max_completion_tokens": 7,
+                "temperature": 0.5,
+                "messages": [{"role": "user", "content": user}],
+            },
+        ),
+    ]
+    for module, body in cases:
+        request = module.parse(body, "route-model")
+        assert (request.model, request.max_tokens, request.temperature) == ("route-model", 7, 0.5), module.__name__
+        assert request.messages[-1]["content"] == user, module.__name__
+    request = chat_completions.parse({"model": "b", "max_tokens": 9, "messages": [{"role": "user", "content": user}]})
+    assert (request.model, request.max_tokens, request.temperature) == ("b", 9, None)
+    odd = wire.policy_request(
+        {"max_tokens": "many", "temperature": "hot"}, None, [], [], max_tokens_keys=("max_tokens",)
+    )
+    assert (odd.model, odd.max_tokens, odd.temperature) == ("", None, None)

@@ -24,9 +24,7 @@ from typing import Any
 
 from harness_gym.errors import SandboxError
 from harness_gym.external.catalog import ExternalCli, load_cli, shipped_clis
-from harness_gym.paths import cache_dir
-from harness_gym.worlds import _make_writable, _size_mb
-from harness_gym.worlds import _remove as _remove_path
+from harness_gym.paths import cache_dir, make_writable, remove_path, size_mb
 
 MANIFEST = "install.json"
 SYSTEM_EXTERNAL_DIR = Path("/var/cache/harness-gym/external")
@@ -123,7 +121,7 @@ def install(reference: str | ExternalCli, *, force: bool = False, progress: Prog
         manifest = {
             "key": cli.install_key,
             "package": dict(cli.package),
-            "size_mb": _size_mb(folder),
+            "size_mb": size_mb(folder),
             "install_s": round(time.monotonic() - started, 1),
             "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
@@ -222,5 +220,5 @@ def _make_read_only(folder: Path) -> None:
 def _remove(folder: Path) -> None:
     """Delete a tree (read-only folders made writable first)."""
     if folder.exists():
-        _make_writable(folder)
-        _remove_path(folder)
+        make_writable(folder)
+        remove_path(folder)
