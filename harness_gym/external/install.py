@@ -163,13 +163,26 @@ def _install_pip(cli: ExternalCli, folder: Path, progress: Progress) -> None:
 
 
 def _python(cli: ExternalCli, folder: Path, progress: Progress) -> str:
-    """The interpreter the virtual environment is made from: the system's ``/usr/bin/pythonX.Y``
-    (visible in every sandbox) when it has that version, else a copy of a pyenv or uv build of
-    it inside the tree (a venv's interpreter must be visible in the sandbox)."""
+    """The tree's own interpreter, which the virtual environment is made from: a copy of the
+    system's ``/usr/bin/pythonX.Y`` with its standard library when it has that version, else a copy
+    of a pyenv or uv build of it. Always inside the tree: a world has no host interpreter, and a
+    venv's interpreter must be visible in every sandbox the tree is shown to."""
     version = str(cli.package.get("python", f"{sys.version_info.major}.{sys.version_info.minor}"))
+    target = folder / "python"
     system = Path(f"/usr/bin/python{version}")
-    if system.is_file():
-        return str(system)
+    stdlib = Path(f"/usr/lib/python{version}")
+    if system.is_file() and (stdlib / "os.py").is_file():
+        progress(f"copying Python {version} from {system} and {stdlib} into the tree")
+        (target / "bin").mkdir(parents=True)
+        shutil.copy2(system, target / "bin" / f"python{version}")
+        # links resolved (Debian links sitecustomize into /etc); dist-packages stay the host's own
+        shutil.copytree(
+            stdlib,
+            target / "lib" / f"python{version}",
+            ignore_dangling_symlinks=True,
+            ignore=shutil.ignore_patterns("dist-packages", "site-packages"),
+        )
+        return str(target / "bin" / f"python{version}")
     candidates = sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*")))
     candidates += sorted(glob.glob(os.path.expanduser(f"~/.local/share/uv/python/cpython-{version}.*")))
     if not candidates:
@@ -178,8 +191,8 @@ def _python(cli: ExternalCli, folder: Path, progress: Progress) -> str:
             f"(e.g. `uv python install {version}`), then {install_command(cli)}"
         )
     progress(f"copying Python {version} from {candidates[-1]} into the tree")
-    shutil.copytree(candidates[-1], folder / "python", symlinks=True)
-    return str(folder / "python" / "bin" / f"python{version}")
+    shutil.copytree(candidates[-1], target, symlinks=True)
+    return str(target / "bin" / f"python{version}")
 
 
 def _stream(argv: Sequence[str], progress: Progress, *, what: str, env: dict[str, str] | None = None) -> None:

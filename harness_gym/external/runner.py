@@ -1,5 +1,11 @@
-"""One episode of a real agent CLI: the CLI runs unmodified in the task's bubblewrap sandbox, its
-model is a policy behind the recording proxy, and the task's hidden grader scores the workspace.
+"""One episode of a real agent CLI: the CLI runs unmodified in the task's sandbox (bubblewrap or
+Docker) on the task's world, its model is a policy behind the recording proxy, and the task's
+hidden grader scores the workspace.
+
+The world is chosen as :class:`~harness_gym.env.HarnessEnv` chooses it (the caller's ``world``,
+else the task suite's, else the host's folders); the CLI's install tree carries its own runtime
+(Node, or a copied Python with its standard library) and is checked against the world's libraries
+before any sandbox starts (:mod:`.runtime`).
 
 The sandbox keeps no network: :mod:`.forwarder` opens the CLI's ``127.0.0.1:PORT`` inside the
 sandbox's network namespace, served by the proxy in this process (nothing of it runs in the
@@ -13,7 +19,6 @@ a pass (as is a crash, a CLI that never called the model, or a missing completio
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import threading
 import time
@@ -27,9 +32,11 @@ from harness_gym.external.catalog import ExternalCli, load_cli
 from harness_gym.external.install import require_install
 from harness_gym.external.proxy import ModelProxy
 from harness_gym.external.proxy.recording import match_calls
-from harness_gym.sandboxes.base import SANDBOX_HOME, create_sandbox
+from harness_gym.external.runtime import check_tree
+from harness_gym.sandboxes.base import SANDBOX_HOME, choose_backend, create_sandbox
 from harness_gym.sandboxes.options import SandboxOptions
 from harness_gym.tasks.base import Task
+from harness_gym.worlds import World, docker_image, task_world
 
 WORK_DIR = "/tmp/.harness-gym-external"  # the runner's own files inside the sandbox (the CLI's output)
 PORT = 41789  # the CLI's model endpoint, 127.0.0.1:PORT inside the sandbox
@@ -38,6 +45,7 @@ DEFAULT_MAX_TURNS = 30
 SIDE_REQUESTS = 5  # requests a rollout may make beyond its agent turns (titles, token counts)
 DEFAULT_WALL_S = 900.0
 OUTPUT_TAIL_CHARS = 20_000
+BACKENDS = ("bubblewrap", "docker")  # the sandboxes a CLI runs in (both give it no network)
 _EXIT_MARK = "__HG_EXTERNAL_EXIT="
 
 
@@ -63,14 +71,20 @@ def run_external_episode(
     episode_id: str | None = None,
     run: int = 0,
     seed: int = 0,
+    world: str | Path | World | None = None,
+    sandbox: str | None = None,
 ) -> ExternalEpisode:
     """Run ``cli`` (an id such as ``external:claude-code``) on ``task`` with ``policy`` answering its
-    model requests, and grade the workspace. A missing install or an unknown id raises before any
-    sandbox starts; everything after that becomes a record (an error is a failed episode)."""
+    model requests, and grade the workspace. ``world`` (a world name or YAML file; default: the
+    task suite's, else the host's folders) and ``sandbox`` (``bubblewrap``, the default, or
+    ``docker``) say where the CLI runs. A missing install, an unknown id, a world that is not built
+    or lacks a library the tree needs raise before any sandbox starts; everything after that
+    becomes a record (an error is a failed episode)."""
     spec = load_cli(cli)
     install = require_install(spec)
     if max_turns < 1 or wall_s <= 0:
         raise ValueError(f"max_turns must be >= 1 and wall_s > 0, got {max_turns} and {wall_s}")
+    placement = place_cli(spec, install, task, world, sandbox, sandbox_options)
     started = time.time()
     base = {
         "episode_id": episode_id or f"{spec.id}|{task.id}|{run}",
@@ -83,14 +97,14 @@ def run_external_episode(
         "role": "model",
         "agent": getattr(policy, "name", type(policy).__name__),
         "spec_hash": spec.digest,
+        "world": placement.world.name,
+        "sandbox": placement.backend,
     }
     with _proxy_for(proxy) as model_proxy:
         # the proxy refuses requests past the turns and a few side requests at once; the watch then kills
         channel = model_proxy.open_rollout(policy, max_requests=max_turns + SIDE_REQUESTS, max_tokens=max_tokens)
         try:
-            return _episode(
-                spec, install, task, channel, model_proxy, base, started, max_turns, wall_s, sandbox_options
-            )
+            return _episode(spec, install, task, channel, model_proxy, base, started, max_turns, wall_s, placement)
         finally:
             channel.close()
 
@@ -127,10 +141,10 @@ def _episode(
     started: float,
     max_turns: int,
     wall_s: float,
-    sandbox_options: Mapping[str, Any] | None,
+    placement: Placement,
 ) -> ExternalEpisode:
-    options = cli_sandbox_options(spec, sandbox_options, install)
-    sandbox = create_sandbox("bubblewrap", None, **options.explicit())
+    options = cli_sandbox_options(spec, placement.options, install, placement.backend)
+    sandbox = create_sandbox(placement.backend, placement.image, **options.explicit())
     watch = _Watch(channel, sandbox, max_turns)
     error: tuple[str, str] | None = None
     exit_code: int | None = None
@@ -208,16 +222,79 @@ def _episode(
     return ExternalEpisode(record, transcript, [r.to_json() for r in channel.records])
 
 
-def cli_sandbox_options(spec: ExternalCli, sandbox_options: Mapping[str, Any] | None, install: Path) -> SandboxOptions:
-    """The CLI's sandbox: its memory cap (cgroup) and its address-space limit (Node CLIs reserve
-    tens of GiB they never touch) from its file, under the caller's options; the install tree
-    shown read-only (the proxy is reached through the sandbox's own port, no folder is shown)."""
+@dataclass(frozen=True)
+class Placement:
+    """Where an episode's CLI runs: the sandbox backend, the world, the Docker image (the world's
+    own, or the task's or caller's), and the caller's sandbox options with the world's root."""
+
+    backend: str
+    world: World
+    image: str | None
+    options: SandboxOptions
+
+
+def place_cli(
+    spec: ExternalCli,
+    install: Path,
+    task: Task,
+    world: str | Path | World | None,
+    sandbox: str | None,
+    sandbox_options: Mapping[str, Any] | None,
+) -> Placement:
+    """The backend and world of one episode, chosen as the environments choose them, and the
+    install tree checked against the world (its interpreter, libraries and glibc versions): a
+    problem is a clear error here, before any sandbox starts. Under Docker with a task's or the
+    caller's own image, the image's files cannot be inspected beforehand and are not checked."""
+    backend = choose_backend(sandbox, task.image)  # a task with its own image: Docker
+    if backend not in BACKENDS:
+        raise ValueError(f"external CLIs run in the {' or '.join(BACKENDS)} sandbox, not {backend!r}")
+    options = SandboxOptions.from_mapping(sandbox_options)
+    chosen = task_world(task, backend, world)
+    root = chosen.root()
+    image = (task.image or options.image) if backend == "docker" else None
+    if backend == "bubblewrap" or image is None:
+        check_tree(
+            spec.id, install / spec.data["entry"], install, root, chosen.name, tree_bins(install), _libs(install)
+        )
+    if backend == "docker" and image is None:
+        if root is None:
+            raise ValueError(
+                f"{spec.id} under Docker needs a world (world='clawgym', see `harness-gym worlds list`) or an "
+                "image (sandbox_options={'image': ...}): the host's folders are not an image"
+            )
+        image = docker_image(chosen, options.docker_host)  # the same files as under bubblewrap
+    if backend == "bubblewrap" and root is not None:
+        options = SandboxOptions.from_mapping({**options.explicit(), "system_root": str(root)})
+    return Placement(str(backend), chosen, image, options)
+
+
+def cli_sandbox_options(
+    spec: ExternalCli,
+    sandbox_options: Mapping[str, Any] | SandboxOptions | None,
+    install: Path,
+    backend: str = "bubblewrap",
+) -> SandboxOptions:
+    """The CLI's sandbox: its memory cap (cgroup) and, under bubblewrap, its address-space limit
+    (Node CLIs reserve tens of GiB they never touch) from its file, under the caller's options; the
+    install tree (at its own path) shown read-only (the proxy is reached through the sandbox's own
+    port: no folder of it is shown)."""
     defaults = {"memory_mb": int(spec.data.get("memory_mb", 4096))}
-    if "address_space_mb" in spec.data:
+    if "address_space_mb" in spec.data and backend == "bubblewrap":  # Docker has no RLIMIT_AS option
         defaults["address_space_mb"] = int(spec.data["address_space_mb"])
     options = SandboxOptions.from_mapping(sandbox_options, **defaults)
     binds = {**(options.extra_ro_binds or {}), str(install): str(install)}
-    return SandboxOptions.from_mapping({**options.explicit(), "extra_ro_binds": binds})
+    return SandboxOptions.from_mapping({**options.explicit(), "extra_ro_binds": binds, "image": None})
+
+
+def tree_bins(install: Path) -> list[str]:
+    """The tree's own program folders, first on the CLI's PATH: its Node, its packages' links, its venv."""
+    bins = [install / "node/node_modules/.bin", install / "node_modules/.bin", install / "venv/bin"]
+    return [str(b) for b in bins if b.is_dir()]
+
+
+def _libs(install: Path) -> list[str]:
+    """The tree's own library folder (a copied interpreter's libpython), on LD_LIBRARY_PATH."""
+    return [str(install / "python/lib")] if (install / "python/lib").is_dir() else []
 
 
 def _stopped(spec: ExternalCli, channel: Any, watch: _Watch) -> tuple[str, str] | None:
@@ -280,10 +357,9 @@ def _command(spec: ExternalCli, install: Path, task: Task, rendered: Mapping[str
     """The shell command that starts the CLI with its environment, in the workspace (its model port
     is already open: the host-side forwarder)."""
     env = dict(rendered["env"])
-    bins = [str(install / "node/node_modules/.bin"), str(install / "node_modules/.bin"), str(install / "venv/bin")]
-    env["PATH"] = ":".join([*(b for b in bins if os.path.isdir(b)), "/usr/local/bin:/usr/bin:/bin"])
-    if (install / "python/lib").is_dir():  # a copied interpreter finds its libpython here
-        env["LD_LIBRARY_PATH"] = str(install / "python/lib")
+    env["PATH"] = ":".join([*tree_bins(install), "/usr/local/bin:/usr/bin:/bin"])
+    if _libs(install):  # a copied interpreter finds its libpython here
+        env["LD_LIBRARY_PATH"] = ":".join(_libs(install))
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     argv = " ".join(shlex.quote(a) for a in rendered["argv"])
     stdin = "</dev/null" if spec.data.get("stdin_null", True) else ""

@@ -178,6 +178,32 @@ def missing_interpreters(world: World, texts: Iterable[str]) -> list[str]:
     )
 
 
+def task_world(task: Any, backend: Any, requested: str | Path | World | None) -> World:
+    """The world a task runs on: the one ``requested`` (an environment's or a run's ``world``), else
+    the task's (its suite's default), else the host's folders. A world that is not built is an
+    error now, naming the command that builds it, as is one whose grader calls an interpreter the
+    world lacks; a task's own container image is its world under Docker. ``backend`` is a backend
+    name or a custom sandbox factory (which cannot provide a world)."""
+    world = load_world(requested or task.world or HOST)
+    if world.is_host or (backend == "docker" and task.image is not None):
+        return world
+    if backend not in ("bubblewrap", "docker"):
+        name = backend if isinstance(backend, str) else "a custom sandbox factory"
+        raise SandboxError(
+            f"task {task.id} runs on world {world.name!r}, which the {name} backend cannot provide; "
+            "use sandbox='bubblewrap' or 'docker', or world='host'"
+        )
+    world.root()  # raises WorldError with the build command when it is missing
+    missing = missing_interpreters(world, grader_scripts(task.grade_command, task.grader_files))
+    if missing:  # a correct solution would be graded as a failure: refuse the task by name
+        raise WorldError(
+            f"task {task.id}: its grader calls {', '.join(missing)}, which world {world.name!r} does not have; "
+            f"add the Debian package to the world's packages (a world YAML file, world=...) and build it "
+            f"(harness-gym worlds build FILE), or leave the task out"
+        )
+    return world
+
+
 def worlds_dir() -> Path:
     """Where built worlds live: ``HARNESS_GYM_WORLDS`` if set; as root the system cache
     ``/var/cache/harness-gym/worlds`` (sandboxes run as unprivileged uids that cannot enter
