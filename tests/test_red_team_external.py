@@ -479,3 +479,27 @@ def test_the_gym_observation_marks_only_the_given_replies_as_the_policys() -> No
     ]
     observation = _observation(PolicyRequest(model="m", messages=messages, tools=[]), made)
     assert [m["source"] for m in observation["messages"]] == ["task", "hook", "policy", "hook", "policy"]
+
+
+def test_the_proxys_own_header_parser_refuses_bad_heads(proxy: ModelProxy) -> None:
+    """The request head is parsed without the ``email`` parser: a bad request line is a 400, HTTP/2
+    a 505, too many or too long header lines a 431; header names are case-insensitive."""
+    channel = proxy.open_rollout(ScriptedPolicy([], final="ok"))
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    heads = {
+        b"GARBAGE\r\n\r\n": 400,
+        b"POST /v1/chat/completions HTTP/x.y\r\n\r\n": 400,
+        b"POST /v1/chat/completions HTTP/2.0\r\n\r\n": 505,
+        b"GET /v1/models HTTP/1.1\r\n" + b"X-A: b\r\n" * 101 + b"\r\n": 431,
+        b"GET /v1/models HTTP/1.1\r\nX-A: " + b"b" * 70_000 + b"\r\n\r\n": 431,
+        (
+            f"POST /v1/chat/completions HTTP/1.1\r\nauthorization: Bearer {channel.secret}\r\n"
+            f"CONTENT-LENGTH: {len(body)}\r\nX-Folded: a\r\n b\r\n\r\n"
+        ).encode()
+        + body: 200,
+    }
+    for head, expected in heads.items():
+        with _connect(proxy) as sock:
+            sock.sendall(head)
+            assert _status(sock) == expected, head[:60]
+    assert channel.records[-1].headers["x-folded"] == "a b"

@@ -382,6 +382,9 @@ class _Limited(socketserver.ThreadingMixIn):
         ):
             self._refuse(request)
             return
+        if getattr(request, "family", None) in (socket.AF_INET, socket.AF_INET6):
+            with contextlib.suppress(OSError):  # answers are one write each: send them at once
+                request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with self.open_lock:  # in the accept thread: every connection is known once shutdown() returns
             self.open.add(request)
             self.waiting[request] = (False, time.monotonic())  # its first head is due from now
@@ -446,6 +449,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     server: _Limited  # type: ignore[assignment]
     _served = False  # whether this connection was answered before (keep-alive)
+    raw_requestline: bytes  # set by BaseHTTPRequestHandler.handle_one_request
 
     def handle_one_request(self) -> None:
         # the head deadline runs from now: from the accept, or from the last answer (keep-alive)
@@ -455,9 +459,54 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         super().handle_one_request()
 
     def parse_request(self) -> bool:
-        ok = super().parse_request()  # reads the headers
+        """The request line and the headers, as ``BaseHTTPRequestHandler.parse_request`` reads them
+        but without the ``email`` parser (a fifth of the proxy's own time per request)."""
+        self.command = ""
+        self.request_version = self.default_request_version
+        self.close_connection = True
+        self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        words = self.requestline.split()
+        version = words[2] if len(words) == 3 else ""
+        numbers = version[5:].split(".") if version.startswith("HTTP/") else []
+        if len(numbers) != 2 or not all(n.isdigit() and len(n) <= 10 for n in numbers):
+            self.request_version = "HTTP/1.0"  # an answer with a status line, then the connection closes
+            self.send_error(400, f"Bad request {self.requestline[:200]!r}")
+            return False
+        if int(numbers[0]) >= 2:
+            self.request_version = "HTTP/1.0"
+            self.send_error(505, f"Invalid HTTP version ({version})")
+            return False
+        self.command, self.path, self.request_version = words[0], words[1], version
+        if version >= "HTTP/1.1":
+            self.close_connection = False
+        if self.path.startswith("//"):
+            self.path = "/" + self.path.lstrip("/")  # gh-87389: no open redirect through //host
+        fields: list[tuple[str, str]] = []
+        while True:
+            line = self.rfile.readline(_MAX_HEADER_LINE + 1)
+            if len(line) > _MAX_HEADER_LINE:
+                self.send_error(431, "Line too long")
+                return False
+            if line in (b"\r\n", b"\n", b""):
+                break
+            if len(fields) >= _MAX_HEADERS:
+                self.send_error(431, "Too many headers")
+                return False
+            name, _, value = line.decode("iso-8859-1").partition(":")
+            if line[:1] in (b" ", b"\t") and fields:  # an obsolete folded continuation line
+                fields[-1] = (fields[-1][0], fields[-1][1] + " " + line.decode("iso-8859-1").strip())
+            else:
+                fields.append((name.strip(), value.strip()))
+        self.headers = _Headers(fields)  # type: ignore[assignment]
         self.server.got_head(self.connection)
-        return ok
+        connection = self.headers.get("Connection", "").lower()
+        if connection == "close":
+            self.close_connection = True
+        elif connection == "keep-alive" and version >= "HTTP/1.1":
+            self.close_connection = False
+        if self.headers.get("Expect", "").lower() == "100-continue" and version >= "HTTP/1.1":
+            return self.handle_expect_100()
+        return True
 
     def finish(self) -> None:
         try:
@@ -665,14 +714,41 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         return b"".join(sent).decode()
 
     def _write_answer(self) -> None:
+        """The status line, headers and body in one write: one syscall and one wake-up of the client
+        (split writes on TCP also meet Nagle's algorithm and the client's delayed ACK)."""
         status, headers, data, close = self._outgoing
-        self.send_response(status)
-        for key, value in headers:
-            self.send_header(key, value)
-        self.end_headers()
-        self.wfile.write(data)
+        phrase = self.responses[status][0] if status in self.responses else ""
+        head = [f"HTTP/1.1 {status} {phrase}", f"Server: {self.server_version}", f"Date: {self.date_time_string()}"]
+        head += [f"{key}: {value}" for key, value in headers]
+        self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + data)
         if close:
             self.close_connection = True
+
+
+_MAX_HEADER_LINE = 65536  # as http.client
+_MAX_HEADERS = 100
+
+
+class _Headers:
+    """A request's header fields: case-insensitive ``get`` (the first of a name) and ``items``."""
+
+    def __init__(self, fields: list[tuple[str, str]]) -> None:
+        self._fields = fields
+        self._first: dict[str, str] = {}
+        for name, value in fields:
+            self._first.setdefault(name.lower(), value)
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        return self._first.get(name.lower(), default)
+
+    def __getitem__(self, name: str) -> str | None:
+        return self._first.get(name.lower())
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._first
+
+    def items(self) -> list[tuple[str, str]]:
+        return list(self._fields)
 
 
 def _answers(path: Path) -> bool:
