@@ -498,11 +498,10 @@ def test_address_space_and_memory_cap_are_separate_options() -> None:
     from harness_gym.external.runner import cli_sandbox_options
     from harness_gym.sandboxes.base import create_sandbox
 
-    options = cli_sandbox_options(load_cli("external:gemini-cli"), None, Path("/opt/x"), Path("/run/y"))
+    options = cli_sandbox_options(load_cli("external:gemini-cli"), None, Path("/opt/x"))
     assert options.memory_mb == 4096 and options.address_space_mb == 65536
-    assert (
-        cli_sandbox_options(load_cli("external:codex"), {"memory_mb": 2048}, Path("/a"), Path("/b")).memory_mb == 2048
-    )
+    assert options.extra_ro_binds == {"/opt/x": "/opt/x"}  # the install tree only: no proxy socket folder
+    assert cli_sandbox_options(load_cli("external:codex"), {"memory_mb": 2048}, Path("/a")).memory_mb == 2048
     with create_sandbox("bubblewrap", None, memory_mb=512, address_space_mb=8192) as sandbox:
         sandbox.start(sandbox.new_workspace(), "/workspace")
         assert sandbox.run("ulimit -v").output.strip() == str(8192 * 1024)

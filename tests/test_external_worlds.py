@@ -268,7 +268,7 @@ def test_mini_swe_agent_runs_on_a_world_from_its_own_interpreter(task: Task, cla
 @pytest.mark.slow
 def test_a_light_cli_runs_in_docker_on_the_world(task: Task, docker_engine: Any, clawgym_world: Any) -> None:
     """Claude Code --bare in the Docker sandbox (network none, the tree bind-mounted read-only, the
-    proxy through the same socket folder): the reference solves the task, doing nothing scores 0."""
+    proxy through the host-side forwarder in its network namespace): the reference solves the task, doing nothing scores 0."""
     _require_installed("claude-code-bare")
     host, _ = docker_engine
     options = {"docker_host": host} if host else None

@@ -7,9 +7,9 @@ else the task suite's, else the host's folders); the CLI's install tree carries 
 (Node, or a copied Python with its standard library) and is checked against the world's libraries
 before any sandbox starts (:mod:`.runtime`).
 
-The sandbox keeps no network: the proxy listens on a unix socket in a host folder shown read-only
-inside, and :mod:`.forwarder` (started in the sandbox) gives the CLI a TCP endpoint on its own
-loopback. The CLI's own permission system is off (ours is the boundary); HOME is the sandbox's
+The sandbox keeps no network: :mod:`.forwarder` opens the CLI's ``127.0.0.1:PORT`` inside the
+sandbox's network namespace, served by the proxy in this process (nothing of it runs in the
+sandbox, and the proxy's socket is not shown there). The CLI's own permission system is off (ours is the boundary); HOME is the sandbox's
 fresh private one, filled with the CLI's config files; its install tree is shown read-only at the
 same absolute path. Budgets on agent turns, completion tokens and wall time are enforced from the
 host: a CLI past one is killed with its sandbox's processes, and the episode is an error, never
@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import json
 import shlex
-import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from harness_gym.external import forwarder
 from harness_gym.external.catalog import ExternalCli, load_cli
 from harness_gym.external.install import require_install
 from harness_gym.external.proxy import ModelProxy
@@ -39,10 +38,8 @@ from harness_gym.sandboxes.options import SandboxOptions
 from harness_gym.tasks.base import Task
 from harness_gym.worlds import World, docker_image, task_world
 
-SOCKET_DIR = "/run/harness-gym-proxy"  # where the proxy's socket folder is shown in the sandbox
-SOCKET_NAME = "proxy.sock"
-WORK_DIR = "/tmp/.harness-gym-external"  # the runner's own files inside the sandbox (forwarder, output)
-PORT = 41789
+WORK_DIR = "/tmp/.harness-gym-external"  # the runner's own files inside the sandbox (the CLI's output)
+PORT = 41789  # the CLI's model endpoint, 127.0.0.1:PORT inside the sandbox
 FORWARDER_CONNECTIONS = 16  # connections one sandbox may hold open to the shared proxy at once
 DEFAULT_MAX_TURNS = 30
 SIDE_REQUESTS = 5  # requests a rollout may make beyond its agent turns (titles, token counts)
@@ -103,43 +100,35 @@ def run_external_episode(
         "world": placement.world.name,
         "sandbox": placement.backend,
     }
-    with _proxy_for(proxy) as (model_proxy, socket_folder):
+    with _proxy_for(proxy) as model_proxy:
         # the proxy refuses requests past the turns and a few side requests at once; the watch then kills
         channel = model_proxy.open_rollout(policy, max_requests=max_turns + SIDE_REQUESTS, max_tokens=max_tokens)
         try:
-            return _episode(spec, install, task, channel, socket_folder, base, started, max_turns, wall_s, placement)
+            return _episode(spec, install, task, channel, model_proxy, base, started, max_turns, wall_s, placement)
         finally:
             channel.close()
 
 
 class _proxy_for:
-    """The caller's proxy (its socket's folder is shown to the sandbox), else a private one for this episode."""
+    """The caller's proxy (it serves the sandbox's port too), else a private one for this episode,
+    listening nowhere but on the sandbox's port."""
 
     def __init__(self, proxy: Any | None) -> None:
         self.given = proxy
-        self.owned: Any | None = None
-        self.folder: tempfile.TemporaryDirectory[str] | None = None
+        self.owned: ModelProxy | None = None
 
-    def __enter__(self) -> tuple[Any, Path]:
+    def __enter__(self) -> Any:
         if self.given is not None:
-            path = getattr(self.given, "socket_path", None)
-            if path is None:
-                raise ValueError(
-                    "the proxy must listen on a unix socket (ModelProxy(socket_path)): the sandbox has no network"
-                )
-            return self.given, Path(path).parent
-        self.folder = tempfile.TemporaryDirectory(prefix="hg-proxy-")
-        folder = Path(self.folder.name)
-        folder.chmod(0o711)  # the sandbox runs as another uid: it may pass through, not list
-        self.owned = ModelProxy(folder / SOCKET_NAME)
+            if not callable(getattr(self.given, "serve_sandbox", None)):
+                raise ValueError("the proxy must be a ModelProxy (it serves the sandbox's port in this process)")
+            return self.given
+        self.owned = ModelProxy()
         self.owned.start()
-        return self.owned, folder
+        return self.owned
 
     def __exit__(self, *exc: object) -> None:
         if self.owned is not None:
             self.owned.close()
-        if self.folder is not None:
-            self.folder.cleanup()
 
 
 def _episode(
@@ -147,14 +136,14 @@ def _episode(
     install: Path,
     task: Task,
     channel: Any,
-    socket_folder: Path,
+    model_proxy: Any,
     base: dict[str, Any],
     started: float,
     max_turns: int,
     wall_s: float,
     placement: Placement,
 ) -> ExternalEpisode:
-    options = cli_sandbox_options(spec, placement.options, install, socket_folder, placement.backend)
+    options = cli_sandbox_options(spec, placement.options, install, placement.backend)
     sandbox = create_sandbox(placement.backend, placement.image, **options.explicit())
     watch = _Watch(channel, sandbox, max_turns)
     error: tuple[str, str] | None = None
@@ -168,12 +157,16 @@ def _episode(
         task.materialize(workspace)
         sandbox.start(workspace, task.mount_path, task.hidden_paths)
         rendered = spec.render(_values(spec, install, task, channel.secret, max_turns))
-        _write(sandbox, f"{WORK_DIR}/forwarder.py", _forwarder_source())
         for relative, content in rendered["files"].items():
             _write(sandbox, f"{SANDBOX_HOME}/{relative}", content)
         launched = time.time()
         watch.start()
-        result = sandbox.run(_command(spec, install, task, rendered), timeout_s=wall_s)
+        # the CLI's port is open (and held by this process) before the CLI starts
+        port = model_proxy.serve_sandbox(forwarder.listen_in_sandbox(sandbox, PORT), FORWARDER_CONNECTIONS)
+        try:
+            result = sandbox.run(_command(spec, install, task, rendered), timeout_s=wall_s)
+        finally:
+            port.close()
         cli_s = time.time() - launched
         watch.stop()
         exit_code = _exit_code(result.output)
@@ -183,8 +176,6 @@ def _episode(
                 "budget",
                 f"{spec.id} ran past its wall-time budget of {wall_s:g} s; it was killed with its sandbox",
             )
-        elif error is None and "HG-FORWARDER-FAILED" in result.output:
-            error = ("env", "the in-sandbox forwarder to the model proxy did not start")
         elif error is None:
             output = _tail(sandbox, f"{WORK_DIR}/stdout")
             completed = _completed(spec, sandbox, output)
@@ -281,17 +272,17 @@ def cli_sandbox_options(
     spec: ExternalCli,
     sandbox_options: Mapping[str, Any] | SandboxOptions | None,
     install: Path,
-    socket_folder: Path,
     backend: str = "bubblewrap",
 ) -> SandboxOptions:
     """The CLI's sandbox: its memory cap (cgroup) and, under bubblewrap, its address-space limit
     (Node CLIs reserve tens of GiB they never touch) from its file, under the caller's options; the
-    install tree (at its own path) and the proxy's socket folder shown read-only."""
+    install tree (at its own path) shown read-only (the proxy is reached through the sandbox's own
+    port: no folder of it is shown)."""
     defaults = {"memory_mb": int(spec.data.get("memory_mb", 4096))}
     if "address_space_mb" in spec.data and backend == "bubblewrap":  # Docker has no RLIMIT_AS option
         defaults["address_space_mb"] = int(spec.data["address_space_mb"])
     options = SandboxOptions.from_mapping(sandbox_options, **defaults)
-    binds = {**(options.extra_ro_binds or {}), str(install): str(install), str(socket_folder): SOCKET_DIR}
+    binds = {**(options.extra_ro_binds or {}), str(install): str(install)}
     return SandboxOptions.from_mapping({**options.explicit(), "extra_ro_binds": binds, "image": None})
 
 
@@ -363,7 +354,8 @@ def _values(spec: ExternalCli, install: Path, task: Task, secret: str, max_turns
 
 
 def _command(spec: ExternalCli, install: Path, task: Task, rendered: Mapping[str, Any]) -> str:
-    """The shell command that starts the forwarder, then the CLI with its environment, in the workspace."""
+    """The shell command that starts the CLI with its environment, in the workspace (its model port
+    is already open: the host-side forwarder)."""
     env = dict(rendered["env"])
     env["PATH"] = ":".join([*tree_bins(install), "/usr/local/bin:/usr/bin:/bin"])
     if _libs(install):  # a copied interpreter finds its libpython here
@@ -371,17 +363,10 @@ def _command(spec: ExternalCli, install: Path, task: Task, rendered: Mapping[str
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     argv = " ".join(shlex.quote(a) for a in rendered["argv"])
     stdin = "</dev/null" if spec.data.get("stdin_null", True) else ""
-    socket = f"{SOCKET_DIR}/{SOCKET_NAME}"
     return (
         f"cd {shlex.quote(task.mount_path)} || exit 97\n"
-        f"rm -f {WORK_DIR}/ready; python3 {WORK_DIR}/forwarder.py 127.0.0.1 {PORT} {socket} {WORK_DIR}/ready "
-        f"{FORWARDER_CONNECTIONS} >{WORK_DIR}/forwarder.log 2>&1 &\n"
-        "__hg_fwd=$!\n"
-        f"for __hg_i in $(seq 200); do [ -e {WORK_DIR}/ready ] && break; sleep 0.05; done\n"
-        f"if [ ! -e {WORK_DIR}/ready ]; then echo HG-FORWARDER-FAILED; cat {WORK_DIR}/forwarder.log; "
-        "kill $__hg_fwd 2>/dev/null; else\n"
-        f"(export {exports}; exec {argv}) {stdin} >{WORK_DIR}/stdout 2>{WORK_DIR}/stderr\n"
-        f'echo "{_EXIT_MARK}$?"; kill $__hg_fwd 2>/dev/null; fi'
+        f"mkdir -p {WORK_DIR}; (export {exports}; exec {argv}) {stdin} >{WORK_DIR}/stdout 2>{WORK_DIR}/stderr\n"
+        f'echo "{_EXIT_MARK}$?"'
     )
 
 
@@ -433,10 +418,6 @@ def _write(sandbox: Any, path: str, content: str) -> None:
 def _tail(sandbox: Any, path: str, limit: int = OUTPUT_TAIL_CHARS) -> str:
     result = sandbox.run(f"tail -c {limit} {shlex.quote(path)} 2>/dev/null", timeout_s=30)
     return result.output if result.exit_code == 0 else ""
-
-
-def _forwarder_source() -> str:
-    return resources.files("harness_gym").joinpath("external/forwarder.py").read_text(encoding="utf-8")
 
 
 def canonical_transcript(spec: ExternalCli, records: Sequence[Any]) -> list[dict[str, Any]]:

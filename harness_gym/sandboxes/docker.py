@@ -243,6 +243,17 @@ class DockerSandbox(ShellSandbox):
         channels.server, channels.server_started = server, True
         channels.requests, channels.replies = os.dup(server.stdin.fileno()), os.dup(server.stdout.fileno())
 
+    def network_pid(self) -> int | None:
+        """The container's init, as the engine reports it (its network namespace is the container's
+        for the container's whole life); None without a container or with an engine on another host."""
+        if self.container is None or (self.docker_host and not self.docker_host.startswith("unix://")):
+            return None
+        try:
+            pid = self.client.api.inspect_container(self.container.id)["State"]["Pid"]
+        except Exception:  # the container is gone
+            return None
+        return int(pid) if isinstance(pid, int) and pid > 0 else None
+
     def _spawn_server(self, server_python: str) -> subprocess.Popen[bytes] | None:
         """None: Docker's tool server starts only with the shell (:meth:`_start_shell`); one started
         later could be caught by the agent's processes before it seals itself."""
