@@ -234,6 +234,8 @@ def test_gym_env_and_bench_take_the_world_and_refuse_an_unknown_one(task: Task) 
         gym.make("harness_gym/External-ClaudeCodeBare-v0", tasks=[task], world="no-such-world")
     with pytest.raises(ValueError, match="bubblewrap or docker"):
         gym.make("harness_gym/External-ClaudeCodeBare-v0", tasks=[task], sandbox="unsafe-host")
+    with pytest.raises(ValueError, match="under Docker needs a world"):  # the host's folders are no image
+        run_external_episode("external:claude-code-bare", task, DoNothingPolicy(), sandbox="docker")
     from harness_gym.bench.external import run_external_plan
     from harness_gym.records import EpisodePlan, HarnessChoice
 

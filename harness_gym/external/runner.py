@@ -252,16 +252,16 @@ def place_cli(
     chosen = task_world(task, backend, world)
     root = chosen.root()
     image = (task.image or options.image) if backend == "docker" else None
+    if backend == "docker" and image is None and root is None:
+        raise ValueError(
+            f"{spec.id} under Docker needs a world (world='clawgym', see `harness-gym worlds list`) or an "
+            "image (sandbox_options={'image': ...}): the host's folders are not an image"
+        )
     if backend == "bubblewrap" or image is None:
         check_tree(
             spec.id, install / spec.data["entry"], install, root, chosen.name, tree_bins(install), _libs(install)
         )
     if backend == "docker" and image is None:
-        if root is None:
-            raise ValueError(
-                f"{spec.id} under Docker needs a world (world='clawgym', see `harness-gym worlds list`) or an "
-                "image (sandbox_options={'image': ...}): the host's folders are not an image"
-            )
         image = docker_image(chosen, options.docker_host)  # the same files as under bubblewrap
     if backend == "bubblewrap" and root is not None:
         options = SandboxOptions.from_mapping({**options.explicit(), "system_root": str(root)})

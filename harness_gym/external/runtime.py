@@ -58,6 +58,7 @@ PYTHON_MODULES = frozenset(
 _SHT_DYNAMIC, _SHT_VERDEF, _SHT_VERNEED = 6, 0x6FFFFFFD, 0x6FFFFFFE
 _DT_NEEDED, _DT_RPATH, _DT_RUNPATH, _PT_INTERP = 1, 15, 29, 3
 _LINK_HOPS = 40
+MAX_PROBLEMS = 12  # lines of one error (a world without glibc fails every file)
 
 
 class WorldRuntimeError(SandboxError, ValueError):
@@ -313,10 +314,12 @@ def check_tree(
         if not check.locate(target)[0].startswith(f"{install}/"):  # type: ignore[index]
             break  # the world's own interpreter: the world's business
     _python_modules(check, install, cli_id)
-    if check.problems:
-        raise WorldRuntimeError(
-            f"{cli_id} cannot run on world {world!r}:\n  " + "\n  ".join(dict.fromkeys(check.problems))
+    problems = list(dict.fromkeys(check.problems))
+    if problems:
+        shown = problems[:MAX_PROBLEMS] + (
+            [f"... and {len(problems) - MAX_PROBLEMS} more"] * (len(problems) > MAX_PROBLEMS)
         )
+        raise WorldRuntimeError(f"{cli_id} cannot run on world {world!r}:\n  " + "\n  ".join(shown))
 
 
 def _interpreter(check: _Check, words: Sequence[str], bin_dirs: Sequence[str], cli_id: str, world: str) -> str:
