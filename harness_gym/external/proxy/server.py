@@ -237,7 +237,9 @@ class ModelProxy:
     def url(self) -> str:
         """The TCP base URL (``port=`` proxies only)."""
         if self.port is None:
-            raise ValueError("a unix-socket proxy has no URL; the in-sandbox forwarder gives one")
+            raise ValueError(
+                "only a port= proxy has a URL (a sandbox reaches the proxy through its own port, serve_sandbox)"
+            )
         return f"http://{self.host}:{self.port}"
 
     # rollouts ----------------------------------------------------------------------------------
