@@ -1,6 +1,7 @@
 """README's external bench figures from one bench run: a plot of per-CLI Pass@1 (95% bootstrap
 intervals over episodes) beside the imitation preset each CLI file names (``imitation:``), and the
-imitation-fidelity table (preset vs its real CLI: Pass@1, tool calls per episode, valid-call rate).
+imitation-fidelity table (preset vs its real CLI, per agent: Pass@1, errors by kind, agent turns,
+tool-call attempts, valid calls as the records count them, tokens per episode).
 
     harness-gym bench --agent reference --calibration null --tasks builtin --task-count 2 --runs 1 \\
       --configs external:claude-code,external:claude-code-bare,external:codex,Harness-ClaudeCodeStyle \\
@@ -34,7 +35,8 @@ def imitations() -> dict[str, str]:
 
 
 def summarize(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
-    """(harness, agent role) -> Pass@1 interval, episodes, errors, tool calls per episode, valid-call rate."""
+    """(harness, agent role) -> Pass@1 interval, episodes, errors by kind, agent turns, tool-call
+    attempts and valid calls (as the records count them), tokens per episode."""
     grouped: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
     for record in records:
         grouped[(str(record["harness"]), str(record.get("role", "model")))].append(record)
@@ -42,12 +44,24 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dic
     for key, group in grouped.items():
         calls = sum(int(r.get("tool_calls") or 0) for r in group)
         valid = sum(int(r.get("valid_tool_calls") or 0) for r in group)
+        kinds: dict[str, int] = defaultdict(int)
+        for r in group:
+            if r.get("outcome") == "error":
+                kinds[str(r.get("error_kind") or "unknown")] += 1
         summary[key] = {
             "pass": bootstrap_ci([1.0 if r.get("passed") else 0.0 for r in group]),
+            "agent": next((str(r["agent"]) for r in group if r.get("agent")), key[1]),
             "episodes": len(group),
-            "errors": sum(1 for r in group if r.get("outcome") == "error"),
+            "errors": sum(kinds.values()),
+            "errors_by_kind": dict(sorted(kinds.items())),
+            "turns_per_episode": sum(int(r.get("steps") or 0) for r in group) / len(group),
+            "calls": calls,
+            "valid": valid,
             "calls_per_episode": calls / len(group),
             "valid_rate": valid / calls if calls else float("nan"),
+            "prompt_per_episode": sum(int((r.get("tokens") or {}).get("prompt") or 0) for r in group) / len(group),
+            "completion_per_episode": sum(int((r.get("tokens") or {}).get("completion") or 0) for r in group)
+            / len(group),
         }
     return summary
 
@@ -56,8 +70,14 @@ def _pct(interval: Interval) -> str:
     return f"{interval.estimate:.0%} [{interval.low:.0%}, {interval.high:.0%}]"
 
 
+def _errors(row: Mapping[str, Any]) -> str:
+    if not row["errors"]:
+        return "0"
+    return f"{row['errors']} (" + ", ".join(f"{k} {v}" for k, v in row["errors_by_kind"].items()) + ")"
+
+
 def tables(summary: Mapping[tuple[str, str], Mapping[str, Any]], pairs: Mapping[str, str]) -> str:
-    """The per-harness table and the fidelity table, markdown."""
+    """The per-harness table and the fidelity table (each real CLI beside its imitation, per agent), markdown."""
     roles = sorted({role for _, role in summary})
     lines = ["| harness | " + " | ".join(f"{r} Pass@1 [95% CI]" for r in roles) + " | errors | episodes |"]
     lines.append("|---|" + "---|" * (len(roles) + 2))
@@ -66,17 +86,27 @@ def tables(summary: Mapping[tuple[str, str], Mapping[str, Any]], pairs: Mapping[
         errors = sum(summary[(harness, r)]["errors"] for r in roles if (harness, r) in summary)
         episodes = sum(summary[(harness, r)]["episodes"] for r in roles if (harness, r) in summary)
         lines.append(f"| `{harness}` | " + " | ".join(cells) + f" | {errors} | {episodes} |")
-    lines += ["", "| real CLI vs its imitation (model role) | Pass@1 | tool calls / episode | valid-call rate |"]
-    lines.append("|---|---|---|---|")
+    lines += [
+        "",
+        "| real CLI vs its imitation | agent | Pass@1 [95% CI] | errors | agent turns / episode "
+        "| tool-call attempts / episode | valid calls | prompt / completion tokens / episode |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for cli, preset in sorted(pairs.items()):
-        if (cli, "model") not in summary:
-            continue  # its CLI was not in the run: no comparison
-        for harness in (cli, preset):
-            row = summary.get((harness, "model"))
-            if row is None:
-                continue
-            valid = "–" if row["valid_rate"] != row["valid_rate"] else f"{row['valid_rate']:.0%}"
-            lines.append(f"| `{harness}` | {_pct(row['pass'])} | {row['calls_per_episode']:.1f} | {valid} |")
+        for role in roles:
+            if (cli, role) not in summary:
+                continue  # its CLI was not in the run with this agent: no comparison
+            for harness in (cli, preset):
+                row = summary.get((harness, role))
+                if row is None:
+                    continue
+                rate = "–" if row["valid_rate"] != row["valid_rate"] else f"{row['valid_rate']:.0%}"
+                lines.append(
+                    f"| `{harness}` | {row['agent'] if role == 'model' else role} | {_pct(row['pass'])} "
+                    f"| {_errors(row)} | {row['turns_per_episode']:.1f} | {row['calls_per_episode']:.1f} "
+                    f"| {row['valid']} / {row['calls']} ({rate}) "
+                    f"| {row['prompt_per_episode']:,.0f} / {row['completion_per_episode']:,.0f} |"
+                )
     return "\n".join(lines)
 
 

@@ -312,6 +312,9 @@ def _check_solved(name: str, episode: ExternalEpisode) -> None:
     calls = [c for m in episode.transcript if m["role"] == "assistant" for c in m.get("calls", [])]
     assert calls and calls[0]["name"] == tool and calls[0]["canonical"] == "execute_bash"
     assert record["tool_calls_by_role"].get("shell", 0) >= 1
+    # counted from the records (harness_gym.external.validity): the reference's calls are all valid
+    assert record["valid_tool_calls"] == record["tool_calls"] == len(calls) and record["tool_errors"] == 0
+    assert record["external"]["invalid_calls"] == []
     assert record["durations"]["startup_s"] is not None and record["durations"]["startup_s"] > 0
 
 

@@ -27,7 +27,8 @@ from typing import Any
 from harness_gym.external.catalog import ExternalCli, load_cli
 from harness_gym.external.install import require_install
 from harness_gym.external.proxy import ModelProxy
-from harness_gym.external.proxy.recording import match_calls
+from harness_gym.external.proxy.recording import call_results
+from harness_gym.external.validity import count_valid_calls
 from harness_gym.sandboxes.base import SANDBOX_HOME, create_sandbox
 from harness_gym.sandboxes.options import SandboxOptions
 from harness_gym.tasks.base import Task
@@ -380,21 +381,7 @@ def canonical_transcript(spec: ExternalCli, records: Sequence[Any]) -> list[dict
         if message.get("role") not in ("system", "user"):
             break
         transcript.append({"role": message.get("role"), "content": message.get("content") or ""})
-    replies = [r.policy_reply for r in records if r.policy_reply is not None]
-    results: dict[str, Any] = {}  # reply call id -> the first result any later request carried for it
-    for record in turns[1:]:
-        messages = record.policy_request.messages
-        matched, _ = match_calls(messages, replies)
-        pending = {c["id"]: c for reply in replies for c in reply.tool_calls if c["id"] not in results}
-        for message in messages:
-            if message.get("role") != "tool":
-                continue
-            said = str(message.get("tool_call_id"))
-            call_id = matched.get(said) or (said if said in pending else None)
-            if call_id is None:  # Gemini: a result names its function, not a call id
-                call_id = next((i for i, c in pending.items() if c["name"] == said and i not in results), None)
-            if call_id is not None and call_id not in results:
-                results[call_id] = message.get("content") or ""
+    results = call_results(records)
     for record in turns:
         reply = record.policy_reply
         calls = [
@@ -448,6 +435,7 @@ def _record(
     """The results-file line, in the bench episode format (``class: external``)."""
     records = list(channel.records)
     agent = [r for r in records if not r.side]
+    validity = count_valid_calls(spec, records)
     calls = [c for m in transcript if m.get("role") == "assistant" for c in m.get("calls", [])]
     by_role: dict[str, int] = {}
     for call in calls:
@@ -469,10 +457,10 @@ def _record(
         "terminated": error is None,
         "truncated": bool(error and error[0] == "budget"),
         "truncation_reason": error[1] if error and error[0] == "budget" else None,
-        "tool_calls": len(calls),
-        "valid_tool_calls": len(calls),
-        "parse_errors": 0,
-        "tool_errors": 0,
+        "tool_calls": validity["tool_calls"],  # counted, not assumed: see harness_gym.external.validity
+        "valid_tool_calls": validity["valid_tool_calls"],
+        "parse_errors": validity["parse_errors"],
+        "tool_errors": validity["tool_errors"],
         "no_call_steps": sum(1 for r in agent if r.policy_reply is not None and not r.policy_reply.tool_calls),
         "tool_calls_by_format": {},
         "tool_calls_by_role": by_role,
@@ -497,6 +485,7 @@ def _record(
             "completed": completed,
             "requests": len(records),
             "side_requests": sum(1 for r in records if r.side),
+            "invalid_calls": validity["invalid_calls"],
             "stdout_tail": output[-2000:],
         },
     }

@@ -6,6 +6,7 @@ import json
 import re
 import secrets
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -251,3 +252,25 @@ def match_calls(messages: Any, replies: list[PolicyReply]) -> tuple[dict[str, st
 def forged_calls(messages: Any, replies: list[PolicyReply]) -> list[dict[str, Any]]:
     """The calls a history claims that no recorded reply made."""
     return match_calls(messages, replies)[1]
+
+
+def call_results(records: Sequence[ProxyRecord]) -> dict[str, Any]:
+    """Reply call id -> the first tool result a later agent request carried for it, matched by call id
+    (Gemini's wire has no ids: by function name, in order). Results for calls no reply made are left out."""
+    turns = [r for r in records if not r.side and r.policy_request is not None and r.policy_reply is not None]
+    replies = [r.policy_reply for r in records if r.policy_reply is not None]
+    results: dict[str, Any] = {}
+    for record in turns[1:]:
+        messages = record.policy_request.messages  # type: ignore[union-attr]
+        matched, _ = match_calls(messages, replies)
+        pending = {c["id"]: c for reply in replies for c in reply.tool_calls if c["id"] not in results}
+        for message in messages:
+            if message.get("role") != "tool":
+                continue
+            said = str(message.get("tool_call_id"))
+            call_id = matched.get(said) or (said if said in pending else None)
+            if call_id is None:  # Gemini: a result names its function, not a call id
+                call_id = next((i for i, c in pending.items() if c["name"] == said and i not in results), None)
+            if call_id is not None and call_id not in results:
+                results[call_id] = message.get("content") or ""
+    return results
