@@ -29,6 +29,7 @@ from harness_gym.external.catalog import ExternalCliError, load_cli, shipped_cli
 from harness_gym.external.install import ExternalInstallError, install_path, installed
 from harness_gym.external.policies import DoNothingPolicy, PolicyReply, PolicyRequest, ScriptedPolicy
 from harness_gym.external.runner import SIDE_REQUESTS, ExternalEpisode, run_external_episode
+from harness_gym.llm_client import LLMError
 from harness_gym.tasks import load_tasks
 from harness_gym.tasks.base import Task
 
@@ -255,6 +256,25 @@ def test_a_failing_policy_is_an_episode_error_even_when_the_cli_retries(fake_cli
     assert record["outcome"] == "error" and record["error_kind"] == "policy" and not record["passed"]
     assert "the policy failed: RuntimeError: backend down" in record["error"]
     assert not record["truncated"]
+
+
+def _too_long(request: Any) -> PolicyReply:  # what OpenAICompatiblePolicy raises on vLLM's answer
+    raise LLMError(
+        "http://127.0.0.1:8000/v1/chat/completions answered 400: This model's maximum context length is 8192 "
+        "tokens. However, your prompt contains at least 8193 input tokens"
+    )
+
+
+@requires_bwrap
+def test_a_prompt_past_the_models_context_is_a_context_overflow_outcome(fake_cli: Any, task: Task) -> None:
+    """Claude Code's 24-tool prompt does not fit SmolLM2's 8k context: vLLM answers 400. That is the
+    episode's outcome (``context_overflow``, a failure, not graded), as the bench records it for every
+    harness, not an endpoint error."""
+    episode = run_external_episode(fake_cli("flood"), task, ScriptedPolicy([_too_long] * 100), max_turns=5, wall_s=300)
+    record = episode.record
+    assert record["outcome"] == "context_overflow" and record["error"] is None and record["error_kind"] is None
+    assert record["reward"] == 0.0 and not record["passed"] and record["breakdown"] == {}
+    assert record["truncated"] and "outgrew the model's context" in record["truncation_reason"]
 
 
 @requires_bwrap

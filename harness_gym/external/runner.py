@@ -29,6 +29,7 @@ from harness_gym.external.install import require_install
 from harness_gym.external.proxy import ModelProxy
 from harness_gym.external.proxy.recording import call_results
 from harness_gym.external.validity import count_valid_calls
+from harness_gym.llm_client import says_context_overflow
 from harness_gym.sandboxes.base import SANDBOX_HOME, create_sandbox
 from harness_gym.sandboxes.options import SandboxOptions
 from harness_gym.tasks.base import Task
@@ -238,6 +239,8 @@ def _stopped(spec: ExternalCli, channel: Any, watch: _Watch) -> tuple[str, str] 
         return ("tampering", f"{channel.tampered}; the episode is an error")
     failed = channel.failed
     exceeded = watch.reason or channel.exceeded  # the CLI may exit on a 429 before the watch looks
+    if failed is not None and says_context_overflow(failed):  # an outcome, as for every harness
+        return ("context_overflow", f"the prompt outgrew the model's context; {spec.id} was stopped: {failed}")
     if failed is not None:  # Claude Code retries a 500 silently: its exit says nothing
         return ("policy", f"{failed}; {spec.id} was stopped and the episode is an error")
     if exceeded is not None:
@@ -443,9 +446,12 @@ def _record(
     started, launched = times
     first = min((r.started for r in records), default=None)
     reward = 0.0 if error or graded is None else float(graded.reward)
+    overflow = error[1] if error and error[0] == "context_overflow" else None
+    if overflow:  # not an error: the episode's outcome, a failure (as the bench records it for every harness)
+        error = None
     prompt = sum(r.policy_reply.prompt_tokens for r in records if r.policy_reply is not None)
     completion = sum(r.policy_reply.completion_tokens for r in records if r.policy_reply is not None)
-    outcome = "error" if error else ("passed" if reward >= 1.0 else "failed")
+    outcome = "error" if error else "context_overflow" if overflow else ("passed" if reward >= 1.0 else "failed")
     return {
         **base,
         "reward": reward,
@@ -454,9 +460,9 @@ def _record(
         "breakdown": dict(graded.breakdown) if graded is not None else {},
         "grader_error": graded.error if graded is not None else None,
         "steps": len(agent),
-        "terminated": error is None,
-        "truncated": bool(error and error[0] == "budget"),
-        "truncation_reason": error[1] if error and error[0] == "budget" else None,
+        "terminated": error is None and not overflow,
+        "truncated": bool(overflow or (error and error[0] == "budget")),
+        "truncation_reason": overflow or (error[1] if error and error[0] == "budget" else None),
         "tool_calls": validity["tool_calls"],  # counted, not assumed: see harness_gym.external.validity
         "valid_tool_calls": validity["valid_tool_calls"],
         "parse_errors": validity["parse_errors"],
