@@ -111,20 +111,22 @@ def tables(summary: Mapping[tuple[str, str], Mapping[str, Any]], pairs: Mapping[
 
 
 def plot(summary: Mapping[tuple[str, str], Mapping[str, Any]], pairs: Mapping[str, str], path: Path) -> None:
-    """Per-CLI Pass@1 (model role) with intervals, each beside its imitation preset."""
+    """Per-CLI Pass@1 (model role) with intervals, each beside its imitation preset; and tool-call
+    attempts per episode, the valid ones (as counted) filled."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     clis = sorted(h for h, role in summary if role == "model" and h.startswith("external:"))
-    figure, axis = plt.subplots(figsize=(max(6.0, 1.3 * len(clis)), 3.6))
+    figure, (axis, calls_axis) = plt.subplots(1, 2, figsize=(max(9.0, 2.4 * len(clis)), 3.6))
     for index, cli in enumerate(clis):
         bars = [(cli, "tab:blue", -0.2)]
         if (pairs.get(cli, ""), "model") in summary:
             bars.append((pairs[cli], "tab:orange", 0.2))
         for harness, color, offset in bars:
-            interval = summary[(harness, "model")]["pass"]
+            row = summary[(harness, "model")]
+            interval = row["pass"]
             axis.bar(index + offset, interval.estimate, width=0.38, color=color)
             axis.errorbar(
                 index + offset,
@@ -133,12 +135,19 @@ def plot(summary: Mapping[tuple[str, str], Mapping[str, Any]], pairs: Mapping[st
                 color="black",
                 capsize=3,
             )
-    axis.set_xticks(range(len(clis)), [c.removeprefix("external:") for c in clis], rotation=20)
+            calls_axis.bar(index + offset, row["calls_per_episode"], width=0.38, color=color, alpha=0.35)
+            calls_axis.bar(index + offset, row["valid"] / row["episodes"], width=0.38, color=color)
+    names = [c.removeprefix("external:") for c in clis]
+    axis.set_xticks(range(len(clis)), names, rotation=20)
     axis.set_ylim(0, 1.05)
     axis.set_ylabel("Pass@1 (95% CI)")
     axis.bar(0, 0, color="tab:blue", label="real CLI")
     axis.bar(0, 0, color="tab:orange", label="its imitation preset")
-    axis.legend(loc="lower right", fontsize=8)
+    axis.legend(loc="upper right", fontsize=8)
+    calls_axis.set_xticks(range(len(clis)), names, rotation=20)
+    calls_axis.set_ylabel("tool calls / episode (valid: filled)")
+    agents = sorted({str(summary[(c, "model")]["agent"]) for c in clis})
+    figure.suptitle(f"agent: {', '.join(agents)}", fontsize=9)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)

@@ -134,3 +134,11 @@ def test_fidelity_table_reports_counted_valid_calls_turns_tokens_and_errors() ->
     preset = [line for line in table.splitlines() if line.startswith("| `Harness-ClaudeCodeStyle` | openai")]
     assert preset and "2 / 2 (100%)" in preset[0] and "1,000 / 60" in preset[0], table
     assert rows
+
+
+def test_fidelity_plot_is_written(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    records = [_bench_record("external:claude-code"), _bench_record("Harness-ClaudeCodeStyle")]
+    out = tmp_path / "plot.png"
+    external_bench.plot(external_bench.summarize(records), {"external:claude-code": "Harness-ClaudeCodeStyle"}, out)
+    assert out.read_bytes()[:4] == b"\x89PNG"
