@@ -142,3 +142,25 @@ def test_fidelity_plot_is_written(tmp_path: Path) -> None:
     out = tmp_path / "plot.png"
     external_bench.plot(external_bench.summarize(records), {"external:claude-code": "Harness-ClaudeCodeStyle"}, out)
     assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_call_written_in_text_that_the_backend_did_not_parse_is_an_attempt() -> None:
+    """SmolLM2 behind vLLM writes hermes calls vLLM's parser may not take (bad JSON): the CLI sees
+    text, but the model attempted a call; counted as an attempt and a parse error, as the engine does."""
+    tools = [{"type": "function", "function": {"name": "Bash", "parameters": {"type": "object"}}}]
+    texts = ['<tool_call>{"name": "Bash", "arguments": {"command": "ls"</tool_call>', "I will sort the file."]
+    records = [
+        ProxyRecord(
+            "anthropic",
+            "/v1/messages",
+            None,
+            "",
+            200,
+            policy_request=PolicyRequest(model="m", messages=[{"role": "user", "content": "go"}], tools=tools),
+            policy_reply=PolicyReply(content=text),
+        )
+        for text in texts
+    ]
+    counts = count_valid_calls(load_cli("claude-code-bare"), records)
+    assert (counts["tool_calls"], counts["valid_tool_calls"], counts["parse_errors"]) == (1, 0, 1)
+    assert "hermes call in the reply's text" in counts["invalid_calls"][0]["reason"]

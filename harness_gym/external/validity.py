@@ -10,8 +10,9 @@ and answers in a user message instead: a call no later request answers is checke
 next agent request's last message.
 
 The counts use the bench's field names: ``tool_calls`` (attempts), ``valid_tool_calls``,
-``parse_errors`` (arguments that are not a JSON object) and ``tool_errors`` (an unknown tool, a
-schema violation or the CLI's refusal); ``invalid_calls`` lists each invalid call and why.
+``parse_errors`` (arguments that are not a JSON object, or a call written in a reply's text that the
+backend's tool parser did not take, as the engine's text parser would count it) and ``tool_errors``
+(an unknown tool, a schema violation or the CLI's refusal); ``invalid_calls`` lists each and why.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import jsonschema
 from harness_gym.external.catalog import ExternalCli
 from harness_gym.external.policies import text_of
 from harness_gym.external.proxy.recording import call_results
+from harness_gym.tool_calls import parse_action
 
 MAX_LISTED = 50  # invalid calls listed in a record (all are counted)
 
@@ -86,6 +88,16 @@ def count_valid_calls(cli: ExternalCli, records: Sequence[Any]) -> dict[str, Any
     for index, record in enumerate(turns):
         offered = _offered(record.policy_request)
         following = turns[index + 1].policy_request.messages if index + 1 < len(turns) else []
+        if not record.policy_reply.tool_calls and record.policy_reply.content:
+            # a call written in the reply's text that the backend's parser did not take: the CLI never
+            # saw a call, but the model attempted one (the engine's text parser would count it too)
+            parsed = parse_action(record.policy_reply.content, "auto")
+            for number, call in enumerate(parsed.calls):
+                counts["tool_calls"] += 1
+                counts["parse_errors"] += 1
+                if len(invalid) < MAX_LISTED:
+                    reason = f"a {parsed.format} call in the reply's text, not parsed by the backend"
+                    invalid.append({"id": f"text:{index}:{number}", "name": str(call.name or ""), "reason": reason})
         for call in record.policy_reply.tool_calls:
             counts["tool_calls"] += 1
             problem = check_call(call, offered)
