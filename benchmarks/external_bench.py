@@ -54,6 +54,7 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dic
             "episodes": len(group),
             "errors": sum(kinds.values()),
             "errors_by_kind": dict(sorted(kinds.items())),
+            "context_overflows": sum(1 for r in group if r.get("outcome") == "context_overflow"),
             "turns_per_episode": sum(int(r.get("steps") or 0) for r in group) / len(group),
             "calls": calls,
             "valid": valid,
@@ -88,9 +89,9 @@ def tables(summary: Mapping[tuple[str, str], Mapping[str, Any]], pairs: Mapping[
         lines.append(f"| `{harness}` | " + " | ".join(cells) + f" | {errors} | {episodes} |")
     lines += [
         "",
-        "| real CLI vs its imitation | agent | Pass@1 [95% CI] | errors | agent turns / episode "
+        "| real CLI vs its imitation | agent | Pass@1 [95% CI] | errors | context overflows | agent turns / episode "
         "| tool-call attempts / episode | valid calls | prompt / completion tokens / episode |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for cli, preset in sorted(pairs.items()):
         for role in roles:
@@ -103,7 +104,8 @@ def tables(summary: Mapping[tuple[str, str], Mapping[str, Any]], pairs: Mapping[
                 rate = "–" if row["valid_rate"] != row["valid_rate"] else f"{row['valid_rate']:.0%}"
                 lines.append(
                     f"| `{harness}` | {row['agent'] if role == 'model' else role} | {_pct(row['pass'])} "
-                    f"| {_errors(row)} | {row['turns_per_episode']:.1f} | {row['calls_per_episode']:.1f} "
+                    f"| {_errors(row)} | {row['context_overflows']} | {row['turns_per_episode']:.1f} "
+                    f"| {row['calls_per_episode']:.1f} "
                     f"| {row['valid']} / {row['calls']} ({rate}) "
                     f"| {row['prompt_per_episode']:,.0f} / {row['completion_per_episode']:,.0f} |"
                 )

@@ -488,6 +488,18 @@ def test_bench_openai_agent_caps_the_tokens_each_cli_request_asks() -> None:
     assert policy.body(PolicyRequest("m", [], [], max_tokens=32000))["max_tokens"] == 512
 
 
+def test_a_real_clis_record_names_the_agent_as_its_imitation_does() -> None:
+    """The fidelity table pairs a CLI's records with its imitation's: both must name the same agent."""
+    import functools
+
+    from harness_gym.agents.factory import make_agent
+    from harness_gym.bench.external import agent_label
+
+    openai = functools.partial(make_agent, "openai", base_url="http://127.0.0.1:9/v1", model="smollm2")
+    assert agent_label(openai) == make_agent("openai", base_url="http://127.0.0.1:9/v1", model="smollm2").name
+    assert agent_label(functools.partial(make_agent, "hf")) == "hf:SmolLM2-135M-Instruct"
+
+
 @requires_bwrap
 @pytest.mark.slow
 def test_bench_hf_agent_drives_claude_code_bare_through_a_local_model_server(task: Task) -> None:
