@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness_gym.external.catalog import load_cli, shipped_clis
 from harness_gym.metrics import Interval, bootstrap_ci
+
+OUTCOME_COLORS = {"passed": "tab:green", "failed": "lightgray", "context_overflow": "tab:purple", "error": "tab:red"}
 
 
 def imitations() -> dict[str, str]:
@@ -55,6 +57,7 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dic
             "errors": sum(kinds.values()),
             "errors_by_kind": dict(sorted(kinds.items())),
             "context_overflows": sum(1 for r in group if r.get("outcome") == "context_overflow"),
+            "outcomes": dict(Counter(str(r.get("outcome")) for r in group)),
             "turns_per_episode": sum(int(r.get("steps") or 0) for r in group) / len(group),
             "calls": calls,
             "valid": valid,
@@ -113,15 +116,15 @@ def tables(summary: Mapping[tuple[str, str], Mapping[str, Any]], pairs: Mapping[
 
 
 def plot(summary: Mapping[tuple[str, str], Mapping[str, Any]], pairs: Mapping[str, str], path: Path) -> None:
-    """Per-CLI Pass@1 (model role) with intervals, each beside its imitation preset; and tool-call
-    attempts per episode, the valid ones (as counted) filled."""
+    """Per-CLI Pass@1 (model role) with intervals, each beside its imitation preset; and how their
+    episodes ended (passed, failed, past the model's context, error)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     clis = sorted(h for h, role in summary if role == "model" and h.startswith("external:"))
-    figure, (axis, calls_axis) = plt.subplots(1, 2, figsize=(max(9.0, 2.4 * len(clis)), 3.6))
+    figure, (axis, outcomes_axis) = plt.subplots(1, 2, figsize=(max(9.0, 2.4 * len(clis)), 3.6))
     for index, cli in enumerate(clis):
         bars = [(cli, "tab:blue", -0.2)]
         if (pairs.get(cli, ""), "model") in summary:
@@ -137,8 +140,11 @@ def plot(summary: Mapping[tuple[str, str], Mapping[str, Any]], pairs: Mapping[st
                 color="black",
                 capsize=3,
             )
-            calls_axis.bar(index + offset, row["calls_per_episode"], width=0.38, color=color, alpha=0.35)
-            calls_axis.bar(index + offset, row["valid"] / row["episodes"], width=0.38, color=color)
+            bottom = 0.0
+            for outcome, shade in OUTCOME_COLORS.items():
+                share = row["outcomes"].get(outcome, 0) / row["episodes"]
+                outcomes_axis.bar(index + offset, share, width=0.38, bottom=bottom, color=shade, edgecolor=color)
+                bottom += share
     names = [c.removeprefix("external:") for c in clis]
     axis.set_xticks(range(len(clis)), names, rotation=20)
     axis.set_ylim(0, 1.05)
@@ -146,8 +152,12 @@ def plot(summary: Mapping[tuple[str, str], Mapping[str, Any]], pairs: Mapping[st
     axis.bar(0, 0, color="tab:blue", label="real CLI")
     axis.bar(0, 0, color="tab:orange", label="its imitation preset")
     axis.legend(loc="upper right", fontsize=8)
-    calls_axis.set_xticks(range(len(clis)), names, rotation=20)
-    calls_axis.set_ylabel("tool calls / episode (valid: filled)")
+    outcomes_axis.set_xticks(range(len(clis)), names, rotation=20)
+    outcomes_axis.set_ylim(0, 1.35)
+    outcomes_axis.set_ylabel("share of episodes (left bar: real CLI)")
+    for outcome, shade in OUTCOME_COLORS.items():
+        outcomes_axis.bar(0, 0, color=shade, label=outcome.replace("_", " "))
+    outcomes_axis.legend(loc="upper center", fontsize=7, ncol=4)
     agents = sorted({str(summary[(c, "model")]["agent"]) for c in clis})
     figure.suptitle(f"agent: {', '.join(agents)}", fontsize=9)
     figure.tight_layout()
