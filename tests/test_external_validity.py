@@ -17,7 +17,7 @@ import pytest
 
 from harness_gym.external.catalog import ExternalCliError, load_cli, shipped_clis, validate_cli
 from harness_gym.external.policies import PolicyReply, PolicyRequest
-from harness_gym.external.proxy.recording import ProxyRecord
+from harness_gym.external.proxy.recording import ProxyRecord, forged_calls
 from harness_gym.external.validity import check_call, count_valid_calls
 
 REJECTIONS = Path(__file__).parent / "data" / "external" / "rejections"
@@ -164,3 +164,20 @@ def test_a_call_written_in_text_that_the_backend_did_not_parse_is_an_attempt() -
     counts = count_valid_calls(load_cli("claude-code-bare"), records)
     assert (counts["tool_calls"], counts["valid_tool_calls"], counts["parse_errors"]) == (1, 0, 1)
     assert "hermes call in the reply's text" in counts["invalid_calls"][0]["reason"]
+
+
+@pytest.mark.parametrize("name", ["gemini-cli", "opencode"])
+def test_a_models_invalid_call_is_not_taken_for_a_forged_one(name: str) -> None:
+    """What the CLIs send back for the recorded invalid calls is not tampering: Gemini CLI echoes a
+    malformed call's arguments as the ``{}`` it was sent (its wire has no call ids, so calls match by
+    name and arguments), and opencode renames an unknown tool's call to its own ``invalid`` tool
+    (``refused_calls_renamed_to``). Both made a model's bad call a ``tampering`` error."""
+    cli = load_cli(name)
+    renamed = tuple(cli.data.get("refused_calls_renamed_to") or ())
+    records = _records(name)
+    turns = [r for r in records if not r.side and r.policy_reply is not None]
+    for index, record in enumerate(turns[1:], start=1):
+        replies = [r.policy_reply for r in turns[:index]]
+        assert forged_calls(record.policy_request.messages, replies, renamed) == [], index
+    if renamed:  # without the CLI's data the renamed call looks forged
+        assert any(forged_calls(r.policy_request.messages, [t.policy_reply for t in turns], ()) for r in turns[1:])

@@ -91,7 +91,12 @@ def run_external_episode(
     }
     with _proxy_for(proxy) as (model_proxy, socket_folder):
         # the proxy refuses requests past the turns and a few side requests at once; the watch then kills
-        channel = model_proxy.open_rollout(policy, max_requests=max_turns + SIDE_REQUESTS, max_tokens=max_tokens)
+        channel = model_proxy.open_rollout(
+            policy,
+            max_requests=max_turns + SIDE_REQUESTS,
+            max_tokens=max_tokens,
+            renamed_calls=tuple(spec.data.get("refused_calls_renamed_to") or ()),
+        )
         try:
             return _episode(
                 spec, install, task, channel, socket_folder, base, started, max_turns, wall_s, sandbox_options
