@@ -503,6 +503,7 @@ class _StrictBackend(BaseHTTPRequestHandler):
         "logprobs",
         "return_token_ids",
     }
+    cut_text: ClassVar[str | None] = None  # when set: a text reply cut at max_tokens (finish "length")
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -527,6 +528,13 @@ class _StrictBackend(BaseHTTPRequestHandler):
                 problems.append("unknown tool keys")
         if problems:
             data, status = json.dumps({"error": {"message": "; ".join(problems)}}).encode(), 400
+        elif self.cut_text is not None:
+            message = {"role": "assistant", "content": self.cut_text}
+            choice = {"index": 0, "finish_reason": "length", "message": message}
+            data, status = (
+                json.dumps({"choices": [choice], "usage": {"prompt_tokens": 9, "completion_tokens": 16}}).encode(),
+                200,
+            )
         else:
             data, status = (
                 json.dumps(
@@ -585,6 +593,33 @@ def test_openai_compatible_policy_sends_only_what_vllm_accepts(proxy: ModelProxy
         assert reply is not None and reply.token_ids == [5, 6] and reply.logprobs == [-0.5, -0.25]
         assert (reply.prompt_tokens, reply.completion_tokens) == (11, 2)
     finally:
+        backend.shutdown()
+        backend.server_close()
+
+
+@pytest.mark.parametrize(("cap", "stop_reason"), [(16, "end_turn"), (None, "max_tokens")])
+def test_a_reply_cut_at_the_policys_own_cap_is_not_a_max_tokens_stop(
+    proxy: ModelProxy, cap: int | None, stop_reason: str
+) -> None:
+    """Claude Code asks 32k tokens; a reply cut at the policy's cap (``--max-new-tokens``) is not at
+    Claude Code's limit, so it is told the model stopped (``max_tokens`` made it retry the reply as
+    truncated, then fail the run: exit 1 on every SmolLM2 episode). Cut at the CLI's own limit, it is
+    ``max_tokens``. The record keeps ``finish_reason: length`` either way."""
+    backend = ThreadingHTTPServer(("127.0.0.1", 0), _StrictBackend)
+    threading.Thread(target=backend.serve_forever, daemon=True).start()
+    _StrictBackend.bodies, _StrictBackend.cut_text = [], "I will look at the"
+    try:
+        url = f"http://127.0.0.1:{backend.server_address[1]}/v1"
+        channel = proxy.open_rollout(OpenAICompatiblePolicy(url, "served-model", max_tokens=cap, retries=0))
+        body = copy.deepcopy(recording("claude-code")["records"][1]["request"])
+        body["stream"] = False
+        status, text, _ = post(proxy, "/v1/messages?beta=true", body, channel.secret)
+        assert status == 200, text
+        assert json.loads(text)["stop_reason"] == stop_reason
+        reply = channel.records[0].policy_reply
+        assert reply is not None and reply.finish_reason == "length" and reply.capped == (cap is not None)
+    finally:
+        _StrictBackend.cut_text = None
         backend.shutdown()
         backend.server_close()
 

@@ -117,6 +117,17 @@ def _agent_name(agent_factory: Callable[[], Any]) -> tuple[str | None, Mapping[s
     return None, {}
 
 
+def agent_label(agent_factory: Callable[[], Any]) -> str | None:
+    """The agent's name as the engine's agents give it (``openai:MODEL``, ``hf:MODEL``), so a real CLI's
+    records and its imitation's name the same agent."""
+    name, options = _agent_name(agent_factory)
+    if name == "openai" and options.get("model"):
+        return f"openai:{options['model']}"
+    if name == "hf":
+        return f"hf:{options.get('model') or 'SmolLM2-135M-Instruct'}"
+    return name
+
+
 def run_external_plan(
     plan: EpisodePlan,
     agent_factory: Callable[[], Any],
@@ -164,5 +175,5 @@ def run_external_plan(
             "durations": {"episode_s": time.perf_counter() - started},
         }
         return failed, None
-    agent = plan.role if plan.role != "model" else (_agent_name(agent_factory)[0] or episode.record["agent"])
+    agent = plan.role if plan.role != "model" else (agent_label(agent_factory) or episode.record["agent"])
     return {**episode.record, **base, "agent": agent}, episode

@@ -162,6 +162,11 @@ def validate_cli(data: Any, source: str = "<cli>") -> ExternalCli:
         shell, _ = data["shell_tool"]["name"], None
         if data["tool_roles"].get(shell) != "shell":
             lines.append(f"  shell_tool {shell!r} must have role 'shell' in tool_roles")
+        for index, pattern in enumerate(data.get("rejected_call_results") or []):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                lines.append(f"  at $.rejected_call_results[{index}]: {pattern!r} is not a regular expression: {exc}")
     if lines:
         raise ExternalCliError(f"invalid external CLI {source}:\n" + "\n".join(lines))
     return ExternalCli(data=dict(data), digest=spec_hash(data))

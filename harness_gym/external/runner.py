@@ -31,8 +31,10 @@ from harness_gym.external import forwarder
 from harness_gym.external.catalog import ExternalCli, load_cli
 from harness_gym.external.install import require_install
 from harness_gym.external.proxy import ModelProxy
-from harness_gym.external.proxy.recording import match_calls
+from harness_gym.external.proxy.recording import call_results
 from harness_gym.external.runtime import check_tree
+from harness_gym.external.validity import count_valid_calls
+from harness_gym.llm_client import says_context_overflow
 from harness_gym.sandboxes.base import SANDBOX_HOME, choose_backend, create_sandbox
 from harness_gym.sandboxes.options import SandboxOptions
 from harness_gym.tasks.base import Task
@@ -102,7 +104,12 @@ def run_external_episode(
     }
     with _proxy_for(proxy) as model_proxy:
         # the proxy refuses requests past the turns and a few side requests at once; the watch then kills
-        channel = model_proxy.open_rollout(policy, max_requests=max_turns + SIDE_REQUESTS, max_tokens=max_tokens)
+        channel = model_proxy.open_rollout(
+            policy,
+            max_requests=max_turns + SIDE_REQUESTS,
+            max_tokens=max_tokens,
+            renamed_calls=tuple(spec.data.get("refused_calls_renamed_to") or ()),
+        )
         try:
             return _episode(spec, install, task, channel, model_proxy, base, started, max_turns, wall_s, placement)
         finally:
@@ -303,6 +310,8 @@ def _stopped(spec: ExternalCli, channel: Any, watch: _Watch) -> tuple[str, str] 
         return ("tampering", f"{channel.tampered}; the episode is an error")
     failed = channel.failed
     exceeded = watch.reason or channel.exceeded  # the CLI may exit on a 429 before the watch looks
+    if failed is not None and says_context_overflow(failed):  # an outcome, as for every harness
+        return ("context_overflow", f"the prompt outgrew the model's context; {spec.id} was stopped: {failed}")
     if failed is not None:  # Claude Code retries a 500 silently: its exit says nothing
         return ("policy", f"{failed}; {spec.id} was stopped and the episode is an error")
     if exceeded is not None:
@@ -435,21 +444,7 @@ def canonical_transcript(spec: ExternalCli, records: Sequence[Any]) -> list[dict
         if message.get("role") not in ("system", "user"):
             break
         transcript.append({"role": message.get("role"), "content": message.get("content") or ""})
-    replies = [r.policy_reply for r in records if r.policy_reply is not None]
-    results: dict[str, Any] = {}  # reply call id -> the first result any later request carried for it
-    for record in turns[1:]:
-        messages = record.policy_request.messages
-        matched, _ = match_calls(messages, replies)
-        pending = {c["id"]: c for reply in replies for c in reply.tool_calls if c["id"] not in results}
-        for message in messages:
-            if message.get("role") != "tool":
-                continue
-            said = str(message.get("tool_call_id"))
-            call_id = matched.get(said) or (said if said in pending else None)
-            if call_id is None:  # Gemini: a result names its function, not a call id
-                call_id = next((i for i, c in pending.items() if c["name"] == said and i not in results), None)
-            if call_id is not None and call_id not in results:
-                results[call_id] = message.get("content") or ""
+    results = call_results(records)
     for record in turns:
         reply = record.policy_reply
         calls = [
@@ -503,6 +498,7 @@ def _record(
     """The results-file line, in the bench episode format (``class: external``)."""
     records = list(channel.records)
     agent = [r for r in records if not r.side]
+    validity = count_valid_calls(spec, records)
     calls = [c for m in transcript if m.get("role") == "assistant" for c in m.get("calls", [])]
     by_role: dict[str, int] = {}
     for call in calls:
@@ -510,9 +506,12 @@ def _record(
     started, launched = times
     first = min((r.started for r in records), default=None)
     reward = 0.0 if error or graded is None else float(graded.reward)
+    overflow = error[1] if error and error[0] == "context_overflow" else None
+    if overflow:  # not an error: the episode's outcome, a failure (as the bench records it for every harness)
+        error = None
     prompt = sum(r.policy_reply.prompt_tokens for r in records if r.policy_reply is not None)
     completion = sum(r.policy_reply.completion_tokens for r in records if r.policy_reply is not None)
-    outcome = "error" if error else ("passed" if reward >= 1.0 else "failed")
+    outcome = "error" if error else "context_overflow" if overflow else ("passed" if reward >= 1.0 else "failed")
     return {
         **base,
         "reward": reward,
@@ -521,13 +520,13 @@ def _record(
         "breakdown": dict(graded.breakdown) if graded is not None else {},
         "grader_error": graded.error if graded is not None else None,
         "steps": len(agent),
-        "terminated": error is None,
-        "truncated": bool(error and error[0] == "budget"),
-        "truncation_reason": error[1] if error and error[0] == "budget" else None,
-        "tool_calls": len(calls),
-        "valid_tool_calls": len(calls),
-        "parse_errors": 0,
-        "tool_errors": 0,
+        "terminated": error is None and not overflow,
+        "truncated": bool(overflow or (error and error[0] == "budget")),
+        "truncation_reason": overflow or (error[1] if error and error[0] == "budget" else None),
+        "tool_calls": validity["tool_calls"],  # counted, not assumed: see harness_gym.external.validity
+        "valid_tool_calls": validity["valid_tool_calls"],
+        "parse_errors": validity["parse_errors"],
+        "tool_errors": validity["tool_errors"],
         "no_call_steps": sum(1 for r in agent if r.policy_reply is not None and not r.policy_reply.tool_calls),
         "tool_calls_by_format": {},
         "tool_calls_by_role": by_role,
@@ -552,6 +551,7 @@ def _record(
             "completed": completed,
             "requests": len(records),
             "side_requests": sum(1 for r in records if r.side),
+            "invalid_calls": validity["invalid_calls"],
             "stdout_tail": output[-2000:],
         },
     }

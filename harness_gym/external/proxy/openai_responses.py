@@ -18,6 +18,7 @@ from harness_gym.external.policies import PolicyReply, PolicyRequest, estimate_t
 from harness_gym.external.proxy.wire import (
     arguments_object,
     as_list,
+    finish_of,
     function_tool,
     new_id,
     policy_request,
@@ -163,7 +164,7 @@ def _items(reply: PolicyReply, body: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _response(reply: PolicyReply, body: Mapping[str, Any], model: str, items: list[dict[str, Any]]) -> dict[str, Any]:
-    length = reply.finish_reason == "length"
+    length = finish_of(reply, []) == "length"
     return {
         "id": new_id("resp_"),
         "object": "response",

@@ -250,10 +250,17 @@ class ModelProxy:
         max_requests: int | None = None,
         max_tokens: int | None = None,
         models: Sequence[str] = (),
+        renamed_calls: Sequence[str] = (),
     ) -> RolloutChannel:
-        """A channel with a fresh secret; ``models`` are what the model-list routes answer."""
+        """A channel with a fresh secret; ``models`` are what the model-list routes answer;
+        ``renamed_calls``: names the CLI gives a refused call in its history (not a forged call)."""
         channel = RolloutChannel(
-            policy, max_requests=max_requests, max_tokens=max_tokens, models=tuple(models), on_close=self._forget
+            policy,
+            max_requests=max_requests,
+            max_tokens=max_tokens,
+            models=tuple(models),
+            on_close=self._forget,
+            renamed_calls=tuple(renamed_calls),
         )
         with self._lock:
             self.channels[channel.secret] = channel

@@ -73,8 +73,9 @@ def function_tool(name: Any, description: Any, parameters: Any) -> dict[str, Any
 
 
 def finish_of(reply: PolicyReply, calls: list[dict[str, Any]]) -> str:
-    """stop | tool_calls | length, made consistent with whether the reply calls tools."""
-    if reply.finish_reason == "length":
+    """stop | tool_calls | length, made consistent with whether the reply calls tools; a reply cut at
+    the policy's own cap (``capped``), not at the CLI's limit, is not ``length`` to the CLI."""
+    if reply.finish_reason == "length" and not reply.capped:
         return "length"
     return "tool_calls" if calls else "stop"
 
