@@ -251,7 +251,7 @@ def test_nothing_survives_close():
     assert not workspace.exists()
     if uid is not None:
         assert subprocess.run(["pgrep", "-U", str(uid)], capture_output=True).stdout == b""
-        assert not any(isolation.CGROUP_ROOT.glob(f"*/**/{isolation.CGROUP_PREFIX}{uid}"))
+        assert not any(isolation.CGROUP_ROOT.glob(f"*/**/{isolation.CGROUP_PREFIX}{uid}-*"))
     assert str(workspace) not in Path("/proc/self/mounts").read_text()
 
 
