@@ -16,8 +16,10 @@ half from a thread pool of random size shut down afterwards, half each from a th
 that exits; a crash-recovery pass then reclaims the dead owner while they live; a second round
 resets them all again (spares made by the spare pool's workers) from a new pool. After each stage,
 a sandbox is lost when a command does not answer in the same shell, or an ``env.step`` ends the
-episode. It fails (exit 1) on any loss, or when no uid of the dead owner was leased again (the
-reclaim would not have been put to the test).
+episode. It fails (exit 1) on any loss, when no uid of the dead owner was leased again, or when
+the recovery pass found no dead owner's log to reclaim (then the reclaim was not put to the test: the run
+uses a state folder and uid range of its own, ``--shared-state`` for the host's, where another
+process's start may reclaim the dead owner first).
 """
 
 from __future__ import annotations
@@ -160,6 +162,21 @@ def _dead_owner(count: int, folder: Path, cursor: int) -> set[str]:
     return {token.partition(":")[0] for token in uids}
 
 
+PRIVATE_UID_BASE = "3100000"  # far from the default pool (the soak's starts at 3,000,000)
+
+
+def private_host_state() -> Path:
+    """A state folder and a uid range of this process's own (its children inherit them), so that
+    only this run reclaims its dead owner: the pass :func:`losses` runs is then the one that meets
+    it. Call before anything else uses a sandbox; the caller removes the folder."""
+    from harness_gym.sandboxes import isolation
+
+    folder = Path(tempfile.mkdtemp(prefix="hg-scale-state-"))
+    os.environ[isolation.STATE_DIR_VARIABLE] = str(folder)
+    os.environ[isolation.UID_BASE_VARIABLE] = PRIVATE_UID_BASE
+    return folder
+
+
 def losses(count: int, seed: int) -> dict[str, Any]:
     """The sandboxes lost to thread exits, pool shutdowns and a reclaim pass, at ``count`` environments."""
     from harness_gym import HarnessEnv
@@ -189,7 +206,9 @@ def losses(count: int, seed: int) -> dict[str, Any]:
             time.sleep(1.0)  # the threads have exited: a sandbox tied to its spawning thread is dead by now
             leased_again = sum(str(getattr(env.sandbox, "uid", None)) in dead_uids for env in envs)
             lost_to_thread_exits = _lost(envs)
+            dead_logs = len(isolation.dead_owner_logs())
             reclaimed = isolation.reclaim_dead_owners()
+            dead_logs -= len(isolation.dead_owner_logs())
             lost_to_the_reclaim = _lost(envs)
             second_pool = rng.randint(1, count)
             with ThreadPoolExecutor(max_workers=second_pool) as pool:
@@ -204,7 +223,9 @@ def losses(count: int, seed: int) -> dict[str, Any]:
         "pool_sizes": [pool_size, second_pool],
         "dead_owner_uids": len(dead_uids),
         "uids_leased_again_from_the_dead_owner": leased_again,
+        "dead_owner_logs_reclaimed": dead_logs,
         "reclaim_lines": len(reclaimed),
+        "state": "private" if os.environ.get(isolation.UID_BASE_VARIABLE) == PRIVATE_UID_BASE else "the host's",
         "lost_to_thread_exits_and_pool_shutdowns": lost_to_thread_exits,
         "lost_to_the_reclaim": lost_to_the_reclaim,
         "lost_after_a_second_round_with_spares": lost_after_a_second_round,
@@ -219,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
         "--losses", help="comma-separated numbers of environments: count the sandboxes lost, measure nothing"
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--shared-state", action="store_true", help="--losses: the host's state folder and uid pool, not the run's own"
+    )
     parser.add_argument("--out", type=Path, help="default benchmarks/results/rollout_scale.json (rollout_losses.json)")
     parser.add_argument("--hold", type=int, help=argparse.SUPPRESS)  # the owner process to be killed
     parser.add_argument("--task-root", type=Path, help=argparse.SUPPRESS)
@@ -237,11 +261,19 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--losses takes numbers separated by commas, got {args.losses!r}")
         if not counts or min(counts) < 2:
             parser.error("--losses: each number of environments must be at least 2")
-        runs = [losses(count, args.seed + index) for index, count in enumerate(counts)]
+        state = None if args.shared_state else private_host_state()
+        try:
+            runs = [losses(count, args.seed + index) for index, count in enumerate(counts)]
+        finally:
+            if state is not None:
+                import shutil
+
+                shutil.rmtree(state, ignore_errors=True)
         failed = [
             run["environments"]
             for run in runs
             if run["uids_leased_again_from_the_dead_owner"] == 0
+            or (run["state"] == "private" and run["dead_owner_logs_reclaimed"] == 0)
             or any(value for key, value in run.items() if key.startswith("lost_"))
         ]
         report = {"uptime": _uptime(), "runs": runs, "passed": not failed}

@@ -392,8 +392,19 @@ def test_no_sandbox_is_lost_to_the_reclaim_of_a_dead_owner_whose_uids_it_leased_
     """An owner killed -9; this process leases its uids again, then a recovery pass reclaims the dead
     owner's log. Its cgroups were named by uid alone: removing them by path (``cgroup.kill``) killed
     the live tenants' sandboxes (4 of 4). Thread exits and pool shutdowns are counted too."""
-    from benchmarks import rollout_scale
+    import shutil
 
-    run = rollout_scale.losses(4, seed=0)
+    from benchmarks import rollout_scale
+    from harness_gym.sandboxes import isolation
+
+    with pytest.MonkeyPatch.context() as patch:  # a state folder of its own: no other process reclaims first
+        patch.setenv(isolation.STATE_DIR_VARIABLE, str(isolation.state_dir()))
+        patch.setenv(isolation.UID_BASE_VARIABLE, str(isolation.uid_pool().start))
+        state = rollout_scale.private_host_state()
+        try:
+            run = rollout_scale.losses(4, seed=0)
+        finally:
+            shutil.rmtree(state, ignore_errors=True)
+    assert run["dead_owner_logs_reclaimed"] > 0  # the pass met the dead owner's log
     assert run["uids_leased_again_from_the_dead_owner"] > 0  # else the reclaim was not put to the test
     assert {key: value for key, value in run.items() if key.startswith("lost_") and value} == {}
