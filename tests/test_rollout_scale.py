@@ -408,3 +408,34 @@ def test_no_sandbox_is_lost_to_the_reclaim_of_a_dead_owner_whose_uids_it_leased_
     assert run["dead_owner_logs_reclaimed"] > 0  # the pass met the dead owner's log
     assert run["uids_leased_again_from_the_dead_owner"] > 0  # else the reclaim was not put to the test
     assert {key: value for key, value in run.items() if key.startswith("lost_") and value} == {}
+
+
+def test_every_host_folder_is_registered_before_it_exists(monkeypatch, tmp_path):
+    """A kill -9 between ``mkdtemp`` and the registry's record left an unrecorded folder (the
+    30-minute soak: 3 grading payloads and a mounted workspace in 29 kills). Each folder a run makes
+    (control, grader, payload, plain and copy-on-write workspaces) is recorded before it exists."""
+    import os
+
+    from harness_gym.sandboxes import isolation, layers
+
+    registered, unrecorded = isolation.registry(), []
+    real_mkdir = os.mkdir
+
+    def spy(path, *args, **kwargs):
+        if Path(path).name.startswith("harness-gym-") and str(path) not in registered._items["dir"]:
+            unrecorded.append(str(path))
+        return real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", spy)
+    made = [isolation.private_folder("harness-gym-ctl-", tmp_path)]
+    with isolation.registered_folder("harness-gym-payload-", tmp_path) as payload:
+        assert payload.is_dir()
+    made.append(isolation.new_workspace(None, tmp_path)[0])
+    if layers.available():
+        workspace = layers.prepare(1, tmp_path)
+        layers.release(workspace)
+        assert str(workspace.parent) not in registered._items["dir"]  # released: its record went too
+    for path in made:
+        isolation.release_workspace(path)
+    assert unrecorded == []
+    assert [p for p in registered._items["dir"] if p.startswith(str(tmp_path))] == []
