@@ -30,7 +30,7 @@ def temporary_folder(prefix: str, parent: str | Path | None = None) -> Path:
     :func:`forget_folder`. Recorded *before* it is made: a ``kill -9`` at any moment leaves a record
     (perhaps of a folder never made), never a folder without one (the 30-minute soak found 3 of
     29 kills landing between ``mkdtemp`` and the record)."""
-    folder = Path(parent if parent is not None else tempfile.gettempdir())
+    folder = Path(os.path.abspath(parent if parent is not None else tempfile.gettempdir()))  # as mkdtemp
     for _ in range(100):
         path = folder / f"{prefix}{secrets.token_hex(8)}"  # 64 random bits: another's name is never met
         _TRACKER[0](path)
