@@ -439,3 +439,45 @@ def test_every_host_folder_is_registered_before_it_exists(monkeypatch, tmp_path)
         isolation.release_workspace(path)
     assert unrecorded == []
     assert [p for p in registered._items["dir"] if p.startswith(str(tmp_path))] == []
+
+
+_DIE_HOLDING_A_SANDBOX = """
+import os, sys
+from harness_gym import HarnessEnv
+from harness_gym.tasks.base import Task
+root = sys.argv[1]
+task = Task(id="alpha", instruction="x", workspace_dir=root + "/files", grader_files=(root + "/grader",))
+env = HarnessEnv("S0T0O0C0W0", tasks=[task], max_steps=5)
+env.reset(seed=0)
+print(env.sandbox.workspace, flush=True)
+os.kill(os.getpid(), 9)
+"""
+
+
+def test_the_first_start_after_a_dead_owner_with_a_layered_workspace_does_not_hang(tmp_path):
+    """The first ``registry()`` of a process runs the recovery pass under its lock; releasing a dead
+    owner's copy-on-write workspace (through its uid lease) forgets the episode folder through
+    ``registry()``: with a plain lock every later owner of the soak hung there for good."""
+    import os
+    import subprocess
+    import sys
+
+    _task(tmp_path)
+    repo = Path(__file__).resolve().parent.parent
+    environment = {**os.environ, "PYTHONPATH": str(repo), "HARNESS_GYM_STATE_DIR": str(tmp_path / "state")}
+    environment["HARNESS_GYM_UID_BASE"] = "3200000"  # a uid range of its own: no other process reclaims first
+    dead = subprocess.run(
+        [sys.executable, "-c", _DIE_HOLDING_A_SANDBOX, str(tmp_path)],
+        env=environment, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    workspace = Path(dead.stdout.strip())
+    assert dead.returncode == -9 and workspace.exists()
+    start = "from harness_gym.sandboxes import isolation; isolation.registry(); print('started')"
+    try:
+        started = subprocess.run(
+            [sys.executable, "-c", start], env=environment, capture_output=True, text=True, timeout=60
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("the first start after the dead owner hung in its recovery pass")
+    assert started.stdout.strip() == "started"
+    assert not workspace.parent.exists()  # reclaimed, tmpfs and overlay included

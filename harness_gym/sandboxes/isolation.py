@@ -222,7 +222,8 @@ def read_registry(text: str) -> dict[str, list[str]]:
 
 
 _registry: Registry | None = None
-_registry_lock = threading.Lock()
+# reentrant: the first call's recovery pass releases a dead owner's folders, which records through registry()
+_registry_lock = threading.RLock()
 
 
 def registry() -> Registry:
