@@ -8,7 +8,7 @@ import os
 import secrets
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 COMPLETE = ".complete"
@@ -80,3 +80,39 @@ def build_once(folder: Path, build: Callable[[Path], None]) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         forget_folder(staging)
     return folder
+
+
+def remove_path(path: Path) -> None:
+    """Delete a file, a symbolic link or a whole folder; nothing when it is not there."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def make_writable(folder: Path) -> None:
+    """Give the owner write access to ``folder`` and every folder under it (read-only trees, such
+    as worlds and CLI installs, cannot be deleted or rebuilt otherwise); links are left alone."""
+    for path in _folders(folder):
+        with contextlib.suppress(OSError):
+            if not path.is_symlink():
+                path.chmod(path.stat().st_mode | 0o700)
+
+
+def _folders(folder: Path) -> Iterator[Path]:
+    if not folder.exists():
+        return
+    yield folder
+    for parent, dirs, _files in os.walk(folder):
+        for name in dirs:
+            yield Path(parent) / name
+
+
+def size_mb(folder: Path) -> float:
+    """The bytes of the files under ``folder`` (links counted as themselves), in MiB to 0.1."""
+    total = 0
+    for parent, _dirs, files in os.walk(folder):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(parent, name)).st_size
+    return round(total / (1 << 20), 1)

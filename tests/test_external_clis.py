@@ -498,14 +498,34 @@ def test_address_space_and_memory_cap_are_separate_options() -> None:
     from harness_gym.external.runner import cli_sandbox_options
     from harness_gym.sandboxes.base import create_sandbox
 
-    options = cli_sandbox_options(load_cli("external:gemini-cli"), None, Path("/opt/x"), Path("/run/y"))
+    options = cli_sandbox_options(load_cli("external:gemini-cli"), None, Path("/opt/x"))
     assert options.memory_mb == 4096 and options.address_space_mb == 65536
-    assert (
-        cli_sandbox_options(load_cli("external:codex"), {"memory_mb": 2048}, Path("/a"), Path("/b")).memory_mb == 2048
-    )
+    assert options.extra_ro_binds == {"/opt/x": "/opt/x"}  # the install tree only: no proxy socket folder
+    assert cli_sandbox_options(load_cli("external:codex"), {"memory_mb": 2048}, Path("/a")).memory_mb == 2048
     with create_sandbox("bubblewrap", None, memory_mb=512, address_space_mb=8192) as sandbox:
         sandbox.start(sandbox.new_workspace(), "/workspace")
         assert sandbox.run("ulimit -v").output.strip() == str(8192 * 1024)
         assert sandbox.limits.enforced["memory_per_process"] == "RLIMIT_AS 8192 MiB"
         if "memory" in sandbox.limits.enforced:
             assert str(512 << 20) in sandbox.limits.enforced["memory"], sandbox.limits.enforced
+
+
+def test_installs_and_worlds_share_the_public_path_helpers(tmp_path: Path) -> None:
+    """A read-only tree (an install, a world) is measured and removed by :mod:`harness_gym.paths`'
+    public helpers, which both modules use (no private helper imported across modules)."""
+    from harness_gym import paths, worlds
+    from harness_gym.external import install
+
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "sub" / "blob").write_bytes(b"x" * (3 << 20))
+    (tree / "link").symlink_to("/nonexistent")
+    for folder in (tree / "sub", tree):
+        folder.chmod(0o555)
+    assert paths.size_mb(tree) == 3.0
+    paths.make_writable(tree)
+    paths.remove_path(tree)
+    assert not tree.exists()
+    paths.remove_path(tree)  # nothing there: no error
+    assert install.make_writable is paths.make_writable and worlds.make_writable is paths.make_writable
+    assert install.size_mb is paths.size_mb and worlds.remove_path is paths.remove_path

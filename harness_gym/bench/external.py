@@ -142,7 +142,16 @@ def run_external_plan(
         policy = bench_policy(agent_factory, plan.role, cli, task)
         max_turns = int(env_options.get("max_steps") or 30)
         episode = run_external_episode(
-            cli, task, policy, max_turns=max_turns, episode_id=plan.key, run=plan.run, seed=plan.seed
+            cli,
+            task,
+            policy,
+            max_turns=max_turns,
+            episode_id=plan.key,
+            run=plan.run,
+            seed=plan.seed,
+            world=env_options.get("world"),  # --world, as for the 243 configurations
+            sandbox=env_options.get("sandbox"),  # --sandbox docker
+            sandbox_options=env_options.get("sandbox_options"),
         )
     except Exception as exc:  # an unknown task, an agent that cannot drive a CLI, a missing install
         failed = {

@@ -147,8 +147,9 @@ class RolloutChannel:
 
     def verify(self, request: PolicyRequest) -> str | None:
         """Check the history a request sends against the replies this channel recorded: every assistant
-        tool call in it must be one the policy made. The agent controls everything between the CLI and
-        the proxy (it can replace the in-sandbox forwarder), so a forged call is flagged here, and the
+        tool call in it must be one the policy made. The agent cannot sit between the CLI and the proxy
+        (the forwarder is the host's), but it can send requests of its own through its sandbox's port
+        with the secret it reads from the CLI's environment, so a forged call is flagged here, and the
         first one makes the rollout an error (``tampered``). The reason, or None."""
         with self.lock:
             replies = [r.policy_reply for r in self.records if r.policy_reply is not None]

@@ -4,9 +4,16 @@ Each rollout gets a :class:`RolloutChannel` whose secret is the API key its CLI 
 (``x-api-key``, ``Authorization: Bearer``, ``x-goog-api-key`` or ``?key=``); an unknown secret gets
 401. A request is translated to a canonical :class:`PolicyRequest`, answered by the rollout's policy
 and rendered back in the CLI's dialect, streamed (SSE, chunked) or not; the request and the response
-are recorded verbatim. The server listens on a unix socket (mode 0o666: the sandbox runs as another
-uid) that an in-sandbox forwarder bind-mounts; the sandbox itself keeps no network. ``port=`` serves
-loopback TCP instead (tests, benchmarks, CLIs run outside a sandbox).
+are recorded verbatim. A sandbox reaches it only through its own port: :meth:`ModelProxy.serve_sandbox`
+serves a listening socket that :mod:`harness_gym.external.forwarder` opened inside the sandbox's
+network namespace (the sandbox itself keeps no network, and nothing of the proxy runs in it). The
+proxy may also listen on a private unix socket (mode 0o600: host-side tools) or on loopback TCP
+(``port=``: tests, benchmarks, CLIs run outside a sandbox).
+
+Every connection must send a complete request head (request line and headers) within
+``head_deadline_s`` of being accepted or of its last answer (keep-alive), or it is closed; when
+every slot of a server is taken, the connection that has waited longest for a head (never-served
+ones first) is closed to make room. So idle or trickling connections cannot hold the slots.
 
 Standard library only (``http.server``): the measured overhead is well under 1 ms a request
 (``benchmarks/proxy_overhead.py``), and no framework is needed for five routes.
@@ -22,7 +29,6 @@ import re
 import socket
 import socketserver
 import stat
-import struct
 import threading
 import time
 import zlib
@@ -42,10 +48,11 @@ MAX_BODY = 64 * 1024 * 1024
 MAX_UNAUTHENTICATED = 64 * 1024  # the most body bytes read (and dropped) for a refused unknown key
 MAX_CONNECTIONS = 256
 MAX_CONNECTIONS_PER_ROLLOUT = 32  # one rollout cannot hold every slot of a proxy shared by many
+MAX_CONNECTIONS_PER_SANDBOX = 16  # connections one sandbox's port serves at once
+HEAD_DEADLINE_S = 10.0  # a request line and headers must arrive within this (also between keep-alive requests)
+EVICTION_WAIT_S = 2.0  # how long a new connection waits for the slot of the one closed to make room
+POLL_INTERVAL_S = 0.25  # how often a server looks for connections past their head deadline
 _CHUNK_SIZE = re.compile(rb"[0-9a-fA-F]{1,8}")
-# connections one peer uid (a sandbox's dedicated uid, run as root) may hold on the unix socket, sent
-# a secret or not: a hostile agent may connect to the socket directly, past its forwarder's cap
-MAX_CONNECTIONS_PER_PEER = 32
 _SECRET_HEADERS = ("x-api-key", "authorization", "x-goog-api-key")
 
 
@@ -139,55 +146,85 @@ class ModelProxy:
         host: str = "127.0.0.1",
         port: int | None = None,
         max_connections_per_rollout: int | None = MAX_CONNECTIONS_PER_ROLLOUT,
+        head_deadline_s: float = HEAD_DEADLINE_S,
     ) -> None:
-        """``max_connections_per_rollout``: open connections one secret may hold (None: no cap);
-        a connection past it is answered 503 and closed."""
-        if (socket_path is None) == (port is None):
+        """``socket_path`` or ``port``: where host-side clients connect (neither: only sandboxes'
+        ports, :meth:`serve_sandbox`). ``max_connections_per_rollout``: open connections one secret
+        may hold (None: no cap); a connection past it is answered 503 and closed.
+        ``head_deadline_s``: the time a connection has to send each request's head."""
+        if socket_path is not None and port is not None:
             raise ValueError("give a socket_path or a port, not both")
+        if not head_deadline_s > 0:
+            raise ValueError(f"head_deadline_s must be > 0, got {head_deadline_s}")
         self.max_connections_per_rollout = max_connections_per_rollout
+        self.head_deadline_s = float(head_deadline_s)
         self.socket_path = Path(socket_path) if socket_path is not None else None
         self.host = host
         self.port = port
         self.channels: dict[str, RolloutChannel] = {}
         self.unauthorized = 0
         self._lock = threading.Lock()
-        self._server: socketserver.BaseServer | None = None
+        self._server: _Limited | None = None
         self._thread: threading.Thread | None = None
+        self._ports: set[SandboxPort] = set()
 
     # lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
         handler = _handler(self)
+        server: _Limited
         if self.socket_path is not None:
             path = self.socket_path
             if len(os.fsencode(path)) > 107:
                 raise ValueError(f"unix socket path longer than 107 bytes: {path}")
             if not path.parent.exists():
-                path.parent.mkdir(parents=True, mode=0o711)
-                os.chmod(path.parent, 0o711)  # the sandbox's uid may traverse, not list
+                path.parent.mkdir(parents=True, mode=0o700)  # no sandbox reaches it: private
             if path.is_symlink() or (path.exists() and not stat.S_ISSOCK(path.lstat().st_mode)):
                 raise ValueError(f"{path} exists and is not a socket")
             if path.exists():
                 if _answers(path):
                     raise ValueError(f"{path} is the socket of a running proxy")
                 path.unlink()  # a stale socket from a dead proxy
-            server: socketserver.BaseServer = _UnixServer(str(path), handler)
-            os.chmod(path, 0o666)
-        else:
-            server = _TCPServer((self.host, self.port or 0), handler)
+            server = _UnixServer(str(path), handler, self.head_deadline_s)
+            os.chmod(path, 0o600)
+        elif self.port is not None:
+            server = _TCPServer((self.host, self.port or 0), handler, self.head_deadline_s)
             self.port = int(server.server_address[1])
+        else:
+            return  # only sandboxes' ports
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="model-proxy", daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": POLL_INTERVAL_S}, name="model-proxy", daemon=True
+        )
         self._thread.start()
 
     def close(self) -> None:
+        """Stop serving: the socket, every sandbox's port, and every open connection."""
+        with self._lock:
+            ports = list(self._ports)
+        for port in ports:
+            port.close()
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            if isinstance(self._server, _Limited):
-                self._server.end_connections()
+            self._server.stop()
             self._server = None
         if self.socket_path is not None and self.socket_path.exists():
             self.socket_path.unlink()
+
+    def serve_sandbox(self, listener: socket.socket, max_connections: int = MAX_CONNECTIONS_PER_SANDBOX) -> SandboxPort:
+        """Serve the CLI's connections on ``listener`` (a listening socket opened inside a sandbox's
+        network namespace, :func:`harness_gym.external.forwarder.listen_in_sandbox`) in this process's
+        threads, at most ``max_connections`` at once; the proxy now owns the socket. ``close()`` the
+        result when the episode ends (closing the proxy closes it too)."""
+        if max_connections < 1:
+            raise ValueError(f"max_connections must be >= 1, got {max_connections}")
+        port = SandboxPort(self, _SandboxServer(listener, _handler(self), self.head_deadline_s, max_connections))
+        with self._lock:
+            self._ports.add(port)
+        port.start()
+        return port
+
+    def _drop_port(self, port: SandboxPort) -> None:
+        with self._lock:
+            self._ports.discard(port)
 
     def __enter__(self) -> ModelProxy:
         self.start()
@@ -236,19 +273,91 @@ class ModelProxy:
         return None
 
 
-class _Limited:
-    """Bounds concurrent connections: a flood past the bound is answered 503 at once."""
+class SandboxPort:
+    """One sandbox's port served by the proxy (:meth:`ModelProxy.serve_sandbox`)."""
+
+    def __init__(self, proxy: ModelProxy, server: _SandboxServer) -> None:
+        self.proxy, self.server = proxy, server
+        self.address = server.server_address
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": POLL_INTERVAL_S},
+            name="model-proxy-sandbox",
+            daemon=True,
+        )
+        self._closed = False
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def open_connections(self) -> int:
+        with self.server.open_lock:
+            return len(self.server.open)
+
+    def close(self) -> None:
+        """Stop accepting, close the listening socket and every connection of this sandbox. Safe twice."""
+        if self._closed:
+            return
+        self._closed = True
+        self.server.stop()
+        self.proxy._drop_port(self)
+
+
+class _Limited(socketserver.ThreadingMixIn):
+    """Bounds concurrent connections and the time each may take to send a request head: a
+    connection past the bound closes the one that has waited longest for a head (never-served ones
+    first) or, when none is waiting, is answered 503 at once."""
+
+    daemon_threads = True
+    request_queue_size = MAX_CONNECTIONS  # a burst of connects queues instead of failing with EAGAIN
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # a client that hangs up mid-answer is its own failure; the proxy serves on
 
-    def __init__(self) -> None:
-        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+    def __init__(self, head_deadline_s: float, max_connections: int = MAX_CONNECTIONS) -> None:
+        self.head_deadline_s = head_deadline_s
+        self.slots = threading.BoundedSemaphore(max_connections)
         self.open: set[Any] = set()  # accepted connections, shut down by ``end_connections``
         self.open_lock = threading.Lock()
-        self.peers: dict[int, int] = {}  # peer uid -> open connections (unix socket, other uids)
-        self.peer_of: dict[Any, int] = {}
-        self.peer_lock = threading.Lock()
+        # connections waiting for a request head -> (served one before, since when): deadline and eviction
+        self.waiting: dict[Any, tuple[bool, float]] = {}
+
+    def stop(self) -> None:
+        self.shutdown()  # type: ignore[attr-defined]
+        self.server_close()
+        self.end_connections()
+
+    def awaiting_head(self, connection: Any, served: bool) -> None:
+        with self.open_lock:
+            if connection in self.open:
+                self.waiting[connection] = (served, time.monotonic())
+
+    def got_head(self, connection: Any) -> None:
+        with self.open_lock:
+            self.waiting.pop(connection, None)
+
+    def service_actions(self) -> None:
+        """Between accepts (every poll interval): close the connections past their head deadline."""
+        limit = time.monotonic() - self.head_deadline_s
+        with self.open_lock:
+            late = [c for c, (_, since) in self.waiting.items() if since < limit]
+            for connection in late:
+                del self.waiting[connection]
+        for connection in late:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+
+    def _evict(self) -> bool:
+        """Close the connection that has waited longest for a head (never served before first)."""
+        with self.open_lock:
+            if not self.waiting:
+                return False
+            victim = min(self.waiting, key=self.waiting.__getitem__)
+            del self.waiting[victim]
+        with contextlib.suppress(OSError):
+            victim.shutdown(socket.SHUT_RDWR)
+        return True
 
     def end_connections(self) -> None:
         """Shut every accepted connection down: their handler threads read EOF and end (an idle or
@@ -268,58 +377,54 @@ class _Limited:
             self.shutdown_request(request)  # type: ignore[attr-defined]
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        uid = _peer_uid(request)
-        if uid is not None:
-            with self.peer_lock:
-                if self.peers.get(uid, 0) >= MAX_CONNECTIONS_PER_PEER:
-                    uid = -1
-                else:
-                    self.peers[uid] = self.peers.get(uid, 0) + 1
-                    self.peer_of[request] = uid
-            if uid == -1:
-                self._refuse(request)
-                return
-        if not self.slots.acquire(blocking=False):
-            self._release_peer(request)
+        if not self.slots.acquire(blocking=False) and not (
+            self._evict() and self.slots.acquire(timeout=EVICTION_WAIT_S)
+        ):
             self._refuse(request)
             return
         with self.open_lock:  # in the accept thread: every connection is known once shutdown() returns
             self.open.add(request)
-        super().process_request(request, client_address)  # type: ignore[misc]
-
-    def _release_peer(self, request: Any) -> None:
-        with self.peer_lock:
-            uid = self.peer_of.pop(request, None)
-            if uid is not None:
-                self.peers[uid] -= 1
+            self.waiting[request] = (False, time.monotonic())  # its first head is due from now
+        super().process_request(request, client_address)
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
-            super().process_request_thread(request, client_address)  # type: ignore[misc]
+            super().process_request_thread(request, client_address)
         finally:
             with self.open_lock:
                 self.open.discard(request)
-            self._release_peer(request)
+                self.waiting.pop(request, None)
             self.slots.release()
 
 
-class _UnixServer(_Limited, socketserver.ThreadingUnixStreamServer):
-    daemon_threads = True
-    request_queue_size = MAX_CONNECTIONS  # a burst of connects queues instead of failing with EAGAIN
-
-    def __init__(self, path: str, handler: type[BaseHTTPRequestHandler]) -> None:
-        _Limited.__init__(self)
-        socketserver.ThreadingUnixStreamServer.__init__(self, path, handler)
+class _UnixServer(_Limited, socketserver.UnixStreamServer):
+    def __init__(self, path: str, handler: type[BaseHTTPRequestHandler], head_deadline_s: float) -> None:
+        _Limited.__init__(self, head_deadline_s)
+        socketserver.UnixStreamServer.__init__(self, path, handler)
 
 
-class _TCPServer(_Limited, socketserver.ThreadingTCPServer):
-    daemon_threads = True
+class _TCPServer(_Limited, socketserver.TCPServer):
     allow_reuse_address = True
-    request_queue_size = MAX_CONNECTIONS
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
-        _Limited.__init__(self)
-        socketserver.ThreadingTCPServer.__init__(self, address, handler)
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], head_deadline_s: float) -> None:
+        _Limited.__init__(self, head_deadline_s)
+        socketserver.TCPServer.__init__(self, address, handler)
+
+
+class _SandboxServer(_Limited, socketserver.TCPServer):
+    """Serves a listening socket made elsewhere (inside a sandbox's network namespace)."""
+
+    def __init__(
+        self,
+        listener: socket.socket,
+        handler: type[BaseHTTPRequestHandler],
+        head_deadline_s: float,
+        max_connections: int,
+    ) -> None:
+        _Limited.__init__(self, head_deadline_s, max_connections)
+        socketserver.TCPServer.__init__(self, listener.getsockname(), handler, bind_and_activate=False)
+        self.socket.close()
+        self.socket = listener
 
 
 def _handler(proxy: ModelProxy) -> type[BaseHTTPRequestHandler]:
@@ -338,6 +443,21 @@ class _ProxyHandler(BaseHTTPRequestHandler):
     _outgoing: tuple[int, list[tuple[str, str]], bytes, bool]
     _consumed: bool
     _bound: RolloutChannel | None = None  # the rollout this connection counts against
+
+    server: _Limited  # type: ignore[assignment]
+    _served = False  # whether this connection was answered before (keep-alive)
+
+    def handle_one_request(self) -> None:
+        # the head deadline runs from now: from the accept, or from the last answer (keep-alive)
+        if self._served:
+            self.server.awaiting_head(self.connection, True)
+        self._served = True
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:
+        ok = super().parse_request()  # reads the headers
+        self.server.got_head(self.connection)
+        return ok
 
     def finish(self) -> None:
         try:
@@ -553,19 +673,6 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         self.wfile.write(data)
         if close:
             self.close_connection = True
-
-
-def _peer_uid(request: Any) -> int | None:
-    """The uid of a unix-socket peer other than the proxy's own (None: TCP, or the proxy's uid, which
-    every unprivileged sandbox shares and so cannot tell sandboxes apart)."""
-    if getattr(request, "family", None) != socket.AF_UNIX:
-        return None
-    try:
-        creds = request.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    except OSError:
-        return None
-    uid = int(struct.unpack("3i", creds)[1])
-    return None if uid == os.getuid() else uid
 
 
 def _answers(path: Path) -> bool:
