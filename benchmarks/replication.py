@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -26,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from harness_gym.design import TRAINING_SET, heldout_set
-from harness_gym.records import HarnessChoice, classify_config, harness_choice
+from harness_gym.records import HarnessChoice, classify_config, harness_choice, resolve_harnesses
 from harness_gym.replication.data import (
     ARM_SPECS,
     ArmData,
@@ -37,7 +39,14 @@ from harness_gym.replication.data import (
     ladder_suite,
     record_arm_pools,
 )
-from harness_gym.replication.evaluate import acted_effects, class_figures, model_summary, over_seeds, run_bench
+from harness_gym.replication.evaluate import (
+    acted_effects,
+    bench_wall_seconds,
+    class_figures,
+    model_summary,
+    over_seeds,
+    run_bench,
+)
 from harness_gym.replication.report import model_entry, pct, write_outputs
 from harness_gym.replication.sft import TrainConfig, default_threads, tokenize_row, train
 from harness_gym.space import BASE_CONFIG, HarnessConfig
@@ -59,22 +68,36 @@ class Profile:
     eval_seed: int = 1007
     eval_tasks: int = 2  # per training / held-out configuration (and per renamed / preset harness)
     eval_tasks_base: int = 12  # on the base harness (the gap's first term)
+    untrained_tasks: int = 0  # the untrained model's base-harness tasks (0: eval_tasks_base)
     eval_tasks_heldout_templates: int = 3  # held-out templates: base harness and the first template_configs
     template_configs: int = 6  # held-out configurations the held-out templates run in
     training_configs: int = 8  # of the 17 training configurations besides the base one
     heldout_configs: int = 18
     renamed: int = 9  # the first N held-out configurations again with resampled tool names (0: none)
     presets: tuple[str, ...] = ("Harness-ClaudeCodeStyle", "Harness-OpenClawStyle")
+    # real CLIs whose prompts fit the model's context (about 1.4k tokens a request; issue 26's table),
+    # the checkpoint behind them through harness-gym's model server: the out-of-space class
+    externals: tuple[str, ...] = ("external:claude-code-bare", "external:mini-swe-agent")
     max_steps: int = 16  # the ladder's upper rungs take 6 or more; a truncated episode is graded as it stands
     # The untrained model makes no tool call in any harness (it answers in prose), so beyond the
     # base harness its episodes would measure nothing; True runs them.
     untrained_everywhere: bool = False
-    max_new_tokens: int = 96
+    # The reference's longest reply on the ladder is 206 tokens (its first turn: a plan of every
+    # step, then the call; measured 2026-12-02 over the small profile's 128 policy turns, p90 118):
+    # a cap below that cuts a faithful imitation off before its call.
+    max_new_tokens: int = 256
+    # the untrained model answers every turn in prose and never calls a tool, so its replies run to
+    # the cap: 96 tokens show that as well as 256 at less than half the cost
+    untrained_max_new_tokens: int = 96
+    bench_workers: int = 4  # episodes run at once, their model calls decoded as one batch
     train: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=1, learning_rate=1e-4, trainable_layers=10))
 
 
 PROFILES = {
-    "full": Profile("full"),
+    # 12 steps: 1.5 times the ladder's longest reference episode (8 turns), so a faithful solution
+    # fits with room to recover, and a model that never ends costs 12 turns, not 16; the untrained
+    # model (prose, no call, 0% in every run so far) on 4 base-harness tasks, not 12
+    "full": Profile("full", max_steps=12, untrained_tasks=4),
     "small": Profile(
         "small",
         pool_tasks=12,
@@ -88,12 +111,20 @@ PROFILES = {
         heldout_configs=2,
         renamed=0,
         presets=(),
+        externals=(),  # about 4 minutes an episode behind a CLI on the loaded cores: full profile only
         max_steps=8,
-        train=TrainConfig(epochs=1, learning_rate=1e-4, trainable_layers=8),
+        # 1 epoch at 1e-4 (16 steps) left arm A at 0% in its own harness (2026-12-02: the call
+        # format learned, tool names and arguments not): 3 epochs at 3e-4
+        train=TrainConfig(epochs=3, learning_rate=3e-4, trainable_layers=8),
     ),
     # the paper's ablation rows: random-18 vs OA18, K=1, K=4 and the single-configuration h1
     "ablation": Profile(
-        "ablation", arms=("base", "oa18", "random18", "oa18-k1", "oa18-k4", "h1"), renamed=0, pool_tasks=64
+        "ablation",
+        arms=("base", "oa18", "random18", "oa18-k1", "oa18-k4", "h1"),
+        renamed=0,
+        pool_tasks=64,
+        max_steps=12,
+        untrained_tasks=4,
     ),
     # the profile of the committed 2026-11-30 figures: one-call easy tasks (it saturates)
     "easy": Profile(
@@ -103,7 +134,9 @@ PROFILES = {
         eval_tasks_heldout_templates=0,
         renamed=0,
         presets=(),
+        externals=(),
         max_steps=2,
+        max_new_tokens=96,  # one-call replies
         pool_tasks=72,
         tasks_per_arm=48,
         eval_tasks=3,
@@ -112,12 +145,20 @@ PROFILES = {
     ),
 }
 
-# Measured on this 2-core machine (README, 2026-11-30 full easy profile, loaded): SFT 733 s for 96
-# trajectories of 2 policy turns (arm A) and 1167 s (arm B); the bench 1357 s for 121 episodes of
-# at most 2 steps. Per policy turn: about 5 s of SFT and 6 s of bench. The ladder's mean reference
-# episode is 4 to 5 turns (more under W2's plan and progress checks).
-SFT_S_PER_TURN = 5.0
-BENCH_S_PER_STEP = 6.0
+# Rates measured 2026-12-02 in the small ladder profile's run, as CPU seconds of the process (one
+# torch thread): the 2 cores were at load 15-40, so that run's wall times say nothing of quiet cores.
+SFT_CPU_S_PER_KTOKEN = 5.2  # 112 CPU s for arm A's 16 trajectories, 21.3k tokens (top 8 layers trained)
+DECODE_CPU_S_PER_TOKEN = 0.073  # 54 CPU s for 8 steps of 96 new tokens each (the untrained model)
+BATCHED_DECODE = 0.85  # 4 calls decoded as one batch took 0.85 of the CPU of the 4 alone (8.2 s vs 9.6 s)
+REPLY_TOKENS = 58  # the reference's mean reply on the ladder (128 policy turns; the longest 206)
+TRAJECTORY_TOKENS = {"base": 1333}  # mean tokens of a trajectory in the base harness; other arms:
+OTHER_TRAJECTORY_TOKENS = 1856  # the 18 OA configurations' mean (longer system prompts and tool lists)
+# Assumed, not measured here: a step's prefill from the cached prefix plus its sandbox call; a
+# request behind a real CLI (no prefix cache: about 1.4k tokens prefilled at the forward pass's
+# share of the SFT rate, 1/1.67, plus a reply); two torch threads on two idle cores.
+STEP_CPU_S = 1.0
+EXTERNAL_TURN_CPU_S = 1.4 * SFT_CPU_S_PER_KTOKEN / 1.67 + REPLY_TOKENS * DECODE_CPU_S_PER_TOKEN
+QUIET_CORES = 2 * 0.85
 
 
 def mean_turns(profile: Profile) -> float:
@@ -127,14 +168,24 @@ def mean_turns(profile: Profile) -> float:
 
 
 def estimate_cost(profile: Profile) -> dict[str, float]:
-    """Estimated seconds per stage kind on two quiet cores, from the measured rates above."""
-    turns = mean_turns(profile)
+    """Estimated seconds per stage kind on two quiet cores, from the rates above: trained models
+    at the reference's mean turns and reply length (an episode the model never ends costs up to
+    ``max_steps`` turns, so a model that fails by looping costs more), the untrained model at
+    ``max_steps`` turns of ``untrained_max_new_tokens`` (it answers in prose and never finishes)."""
+    turns = min(mean_turns(profile), profile.max_steps)
     trajectories = profile.tasks_per_arm * 2
-    runs = len(profile.arms) * len(profile.training_seeds)
-    sft = runs * trajectories * turns * SFT_S_PER_TURN
-    per_model = len(evaluation_plan(profile, trained=True))
-    bench = (runs * per_model + profile.eval_tasks_base) * min(turns, profile.max_steps) * BENCH_S_PER_STEP
-    return {"sft_s": sft, "bench_s": bench, "total_s": sft + bench, "mean_turns": turns}
+    seeds = len(profile.training_seeds)
+    tokens = sum(TRAJECTORY_TOKENS.get(arm, OTHER_TRAJECTORY_TOKENS) for arm in profile.arms) * seeds * trajectories
+    sft = profile.train.epochs * tokens / 1000 * SFT_CPU_S_PER_KTOKEN
+    plan = evaluation_plan(profile, trained=True)
+    external = sum(1 for klass, _ in plan if klass == "external")
+    step = REPLY_TOKENS * DECODE_CPU_S_PER_TOKEN * BATCHED_DECODE + STEP_CPU_S
+    per_model = (len(plan) - external) * turns * step + external * turns * EXTERNAL_TURN_CPU_S
+    untrained = len(evaluation_plan(profile, trained=False)) * profile.max_steps
+    untrained_s = untrained * (profile.untrained_max_new_tokens * DECODE_CPU_S_PER_TOKEN * BATCHED_DECODE + STEP_CPU_S)
+    bench = len(profile.arms) * seeds * per_model + untrained_s
+    cost = {"sft_s": sft, "bench_s": bench, "total_s": sft + bench}
+    return {**{k: v / QUIET_CORES for k, v in cost.items()}, "cpu_s": cost["total_s"], "mean_turns": turns}
 
 
 def training_suite(profile: Profile) -> str:
@@ -163,23 +214,25 @@ class Stages:
     def __init__(self, total: int) -> None:
         self.total, self.index, self.started = total, 0, time.perf_counter()
         self.times: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}  # this process's CPU seconds (all threads) per stage run now
         self.reused: list[str] = []
-        self._current: tuple[str, float] | None = None
+        self._current: tuple[str, float, float] | None = None
 
     def start(self, name: str) -> None:
         self.finish()
         self.index += 1
         print(f"[{self.index}/{self.total}] {name} (t={time.perf_counter() - self.started:.0f}s)", flush=True)
-        self._current = (name, time.perf_counter())
+        self._current = (name, time.perf_counter(), time.process_time())
 
     def finish(self, produced_s: float | None = None) -> None:
         """End the current stage; ``produced_s``: the time its outputs took to produce, when they
         say (a checkpoint's training time, the sum of a resumed bench's episode times)."""
         if self._current is None:
             return
-        name, began = self._current
+        name, began, cpu = self._current
         now = time.perf_counter() - began
         self.times[name] = now if produced_s is None else produced_s
+        self.cpu[name] = time.process_time() - cpu
         note = ""
         if produced_s is not None and produced_s > now + 1.0:
             self.reused.append(name)
@@ -221,7 +274,8 @@ def eval_runs(profile: Profile, *, trained: bool) -> list[EvalRun]:
     """The evaluation classes of one model: base harness (more tasks), training and held-out
     configurations, held-out with resampled names, the imitation presets, held-out templates."""
     base, others = evaluation_harnesses(profile)
-    runs = [EvalRun("base", (base,), "tasks", profile.eval_tasks_base)]
+    base_tasks = profile.eval_tasks_base if trained else (profile.untrained_tasks or profile.eval_tasks_base)
+    runs = [EvalRun("base", (base,), "tasks", base_tasks)]
     if not trained and not profile.untrained_everywhere:
         return runs
     training = tuple(c for c in others if c.klass == "training")
@@ -235,14 +289,14 @@ def eval_runs(profile: Profile, *, trained: bool) -> list[EvalRun]:
         runs.append(EvalRun("heldout_renamed", renamed, "tasks", profile.eval_tasks, (("resample_names", True),)))
     if profile.presets:
         runs.append(EvalRun("presets", tuple(harness_choice(p) for p in profile.presets), "tasks", profile.eval_tasks))
+    if profile.externals:
+        runs.append(
+            EvalRun("external", tuple(resolve_harnesses(",".join(profile.externals))), "tasks", profile.eval_tasks)
+        )
     if profile.eval_tasks_heldout_templates and profile.suite != "easy":
         chosen = (base, *heldout[: profile.template_configs])
         runs.append(EvalRun("heldout_templates", chosen, "heldout_templates", profile.eval_tasks_heldout_templates))
     return runs
-
-
-def _bench_seconds(records: list[dict[str, Any]]) -> float:
-    return sum(float((r.get("durations") or {}).get("episode_s", 0.0)) for r in records)
 
 
 def run(profile: Profile, out: Path, work: Path, progress: bool = True) -> dict[str, Any]:
@@ -285,8 +339,8 @@ def run(profile: Profile, out: Path, work: Path, progress: bool = True) -> dict[
     data: dict[str, Any] = {}
     training: dict[str, Any] = {}
     stages.start("bench untrained")
-    records = _bench_model(profile, base_model, "untrained", eval_lists, work, progress, trained=False)
-    stages.finish(_bench_seconds(records))
+    records, seconds = _bench_model(profile, base_model, "untrained", eval_lists, work, progress, trained=False)
+    stages.finish(seconds)
     models["untrained"] = _entry(records)
     for seed in seeds:
         stages.start(f"seed {seed}: record reference trajectories and export them with train masks")
@@ -304,8 +358,8 @@ def run(profile: Profile, out: Path, work: Path, progress: bool = True) -> dict[
             training[label] = _train_or_reuse(base_model, arms[spec.name].examples, folder, config, progress)
             stages.finish(float(training[label].get("seconds", 0.0)))
             stages.start(f"bench {label}")
-            records = _bench_model(profile, folder, label, eval_lists, work, progress, trained=True)
-            stages.finish(_bench_seconds(records))
+            records, seconds = _bench_model(profile, folder, label, eval_lists, work, progress, trained=True)
+            stages.finish(seconds)
             models[label] = _entry(records)
             runs_by_arm[spec.name].append(models[label])
             figures = models[label]
@@ -330,6 +384,8 @@ def run(profile: Profile, out: Path, work: Path, progress: bool = True) -> dict[
         "models": models,
         "over_seeds": {arm: _over_seeds(entries) for arm, entries in runs_by_arm.items()},
         "timings_s": stages.times,
+        "cpu_s": stages.cpu,  # CPU seconds of this invocation per stage (a reused stage's are its read-back)
+        "load_average": os.getloadavg(),
         "reused_stages": stages.reused,
         "estimated_cost_s": estimate,
         "command": f"python -m benchmarks.replication --profile {profile.name}",
@@ -369,20 +425,49 @@ def _bench_model(
     progress: bool,
     *,
     trained: bool,
-) -> list[dict[str, Any]]:
-    """Every evaluation class of one model; records tagged with the class (bench records resume)."""
+) -> tuple[list[dict[str, Any]], float]:
+    """Every evaluation class of one model: the records, tagged with the class (bench records
+    resume), and the wall time of the runs that produced them."""
     records: list[dict[str, Any]] = []
+    seconds = 0.0
+    _discard_stale_bench(profile, folder, work / "bench" / label.replace("/", "-"), _reply_cap(profile, trained))
     for run_ in eval_runs(profile, trained=trained):
         tasks = eval_lists[run_.tasks][: run_.count]
         if not tasks or not run_.harnesses:
             continue
-        common: dict[str, Any] = {"seed": profile.eval_seed, "max_steps": profile.max_steps, "max_new_tokens": profile.max_new_tokens, "label": label, "progress": progress}  # fmt: skip
+        common: dict[str, Any] = {"seed": profile.eval_seed, "max_steps": profile.max_steps, "max_new_tokens": _reply_cap(profile, trained), "label": label, "progress": progress}  # fmt: skip
+        out_dir = work / "bench" / label.replace("/", "-") / run_.klass
         found = run_bench(
-            folder, list(run_.harnesses), tasks, work / "bench" / label.replace("/", "-") / run_.klass,
-            env_options=dict(run_.env_options), **common,
+            folder, list(run_.harnesses), tasks, out_dir, env_options=dict(run_.env_options),
+            workers=profile.bench_workers, **common,
         )  # fmt: skip
         records += [{**r, "eval_class": run_.klass} for r in found]
-    return records
+        seconds += bench_wall_seconds(out_dir)
+    return records, seconds
+
+
+def _reply_cap(profile: Profile, trained: bool) -> int:
+    return profile.max_new_tokens if trained else profile.untrained_max_new_tokens
+
+
+def _discard_stale_bench(profile: Profile, model: Path, bench: Path, reply_cap: int) -> None:
+    """Bench records resume by episode, so records of another checkpoint in the same folder (one
+    retrained with other settings) or of other bench settings would be read back as this one's:
+    ``bench/<label>/key.json`` names what produced them, and a folder of another key is emptied."""
+    log = model / "train_log.json"
+    trained = json.loads(log.read_text(encoding="utf-8")) if log.exists() else {}
+    key = {
+        "checkpoint": {k: trained.get(k) for k in ("config", "trained_tokens", "final_loss")},
+        "max_new_tokens": reply_cap,
+        "max_steps": profile.max_steps,
+        "eval_seed": profile.eval_seed,
+    }
+    path = bench / "key.json"
+    if bench.exists() and (not path.exists() or json.loads(path.read_text(encoding="utf-8")) != key):
+        print(f"      {bench}: records of another checkpoint or bench settings, discarded")
+        shutil.rmtree(bench)
+    bench.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(key) + "\n", encoding="utf-8")
 
 
 def _arm_data(

@@ -727,7 +727,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--tasks", default="ladder:1007#count=6,words=heldout", help="a suite with reference solutions"
     )
     probing.add_argument("--task-limit", type=int, help="the first N tasks of the suite")
-    probing.add_argument("--compare", help="a bench results file of the same model: rank agreement with its Pass@1")
+    probing.add_argument(
+        "--compare", help="bench results files of the same model (comma-separated): rank agreement with its Pass@1"
+    )
     probing.add_argument("--out", type=Path, default=Path("probe.json"), help="JSON; a .md table is written beside it")
     probing.set_defaults(func=_cmd_probe)
 

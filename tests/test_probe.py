@@ -3,6 +3,7 @@ rank agreement are computed as stated, and the CLI probes the real SmolLM2 on re
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 from conftest import requires_bwrap
@@ -52,6 +53,25 @@ def test_rank_agreement_and_its_interval():
     assert agreement["ci95"][0] <= agreement["spearman"] <= agreement["ci95"][1]
     with pytest.raises(ValueError, match="at least 3 harnesses"):
         rank_agreement(probe, {"h0": 1.0, "zz": 0.0})
+
+
+def test_pass_at_1_per_harness_reads_one_bench_folder_per_class(tmp_path):
+    """--compare takes a model's bench records of several classes (one results file each); an
+    error is a failure and calibration roles are left out."""
+    from harness_gym.replication.probe import bench_pass_at_1
+
+    def write(name: str, rows: list[dict]) -> Path:
+        path = tmp_path / name
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return path
+
+    base = write("base.jsonl", [{"harness": "a", "passed": True}, {"harness": "a", "passed": False}])
+    held = write(
+        "heldout.jsonl",
+        [{"harness": "b", "passed": True}, {"harness": "c", "outcome": "error"}, {"harness": "c", "role": "null"}],
+    )
+    assert bench_pass_at_1(f"{base},{held}") == {"a": 0.5, "b": 1.0, "c": 0.0}
+    assert bench_pass_at_1([base]) == bench_pass_at_1(base) == {"a": 0.5}
 
 
 @pytest.mark.slow

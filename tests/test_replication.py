@@ -136,6 +136,44 @@ def test_the_prefix_cache_generates_what_the_model_generates():
     assert cached.reused_tokens > 2 * MIN_SHARED_PREFIX
 
 
+def test_concurrent_calls_are_decoded_together_as_the_model_decodes_each():
+    """Four threads' prompts of different lengths (two extending cached ones) decoded in one
+    left-padded batch give the tokens plain greedy generate gives each, stopping at end of turn."""
+    import threading
+
+    from harness_gym.replication.evaluate import MIN_SHARED_PREFIX, PrefixCachingModel
+
+    torch, model = _tiny_llama()
+    options = {"max_new_tokens": 10, "do_sample": False, "pad_token_id": 0}
+    prompts = [torch.randint(1, 64, (1, MIN_SHARED_PREFIX + n)) for n in (3, 11, 20, 7)]
+    with torch.no_grad():
+        plain = [model.generate(p, attention_mask=torch.ones_like(p), **options) for p in prompts]
+    model.generation_config.eos_token_id = int(plain[1][0, prompts[1].shape[1] + 3])  # prompt 1 stops by its 4th
+    with torch.no_grad():
+        plain = [model.generate(p, attention_mask=torch.ones_like(p), **options) for p in prompts]
+    batched = PrefixCachingModel(model, batch_size=4, window_s=30.0)
+    for rounds in range(2):  # the second round's prompts extend the first's outputs: cached prefixes
+        got: dict[int, object] = {}
+
+        def call(index: int, prompt: object, out: dict[int, object]) -> None:
+            with torch.no_grad():
+                out[index] = batched.generate(prompt, attention_mask=torch.ones_like(prompt), **options)
+
+        threads = [threading.Thread(target=call, args=(i, p, got)) for i, p in enumerate(prompts)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        for index in range(4):
+            assert torch.equal(got[index], plain[index]), (rounds, index)
+        if rounds == 0:  # prompt 1 stopped at the end-of-turn token
+            assert plain[1].shape[1] < prompts[1].shape[1] + 10
+        prompts = [torch.cat([g, torch.randint(1, 64, (1, 3))], dim=1) for g in plain]
+        with torch.no_grad():
+            plain = [model.generate(p, attention_mask=torch.ones_like(p), **options) for p in prompts]
+    assert batched.batches == [4, 4] and batched.reused_tokens > 4 * MIN_SHARED_PREFIX
+
+
 @pytest.mark.slow
 @requires_bwrap
 def test_small_profile_end_to_end(tmp_path):
@@ -311,11 +349,34 @@ def test_a_reused_stage_reports_the_time_that_produced_it(capsys):
     assert "produced in 700s" in capsys.readouterr().out
 
 
+def test_bench_records_of_another_checkpoint_are_not_read_back(tmp_path, capsys):
+    """Bench records resume by episode: after a retrain with other settings (or another reply
+    cap) the model's old records must go, or the new checkpoint would be scored by the old one."""
+    from benchmarks.replication import PROFILES, _discard_stale_bench
+
+    model, bench = tmp_path / "model", tmp_path / "bench" / "base-seed0"
+    model.mkdir()
+    (model / "train_log.json").write_text(json.dumps({"config": {"epochs": 1}, "trained_tokens": 10}))
+    (bench / "base").mkdir(parents=True)
+    (bench / "base" / "results.jsonl").write_text("{}\n")  # records from before keys were written
+    _discard_stale_bench(PROFILES["small"], model, bench, 256)
+    assert not (bench / "base").exists() and "discarded" in capsys.readouterr().out
+    (bench / "base").mkdir()
+    _discard_stale_bench(PROFILES["small"], model, bench, 256)  # same checkpoint and settings: kept
+    assert (bench / "base").exists()
+    (model / "train_log.json").write_text(json.dumps({"config": {"epochs": 3}, "trained_tokens": 10}))
+    _discard_stale_bench(PROFILES["small"], model, bench, 256)  # retrained
+    assert not (bench / "base").exists()
+    (bench / "base").mkdir()
+    _discard_stale_bench(PROFILES["small"], model, bench, 96)  # another reply cap
+    assert not (bench / "base").exists()
+
+
 def test_the_profiles_plan_their_classes_and_estimate_their_cost():
     from benchmarks.replication import PROFILES, estimate_cost, eval_runs
 
     full = {r.klass: r for r in eval_runs(PROFILES["full"], trained=True)}
-    assert set(full) == {"base", "training", "heldout", "heldout_renamed", "presets", "heldout_templates"}
+    assert set(full) == {"base", "training", "heldout", "heldout_renamed", "presets", "external", "heldout_templates"}
     assert dict(full["heldout_renamed"].env_options) == {"resample_names": True}
     assert {h.klass for h in full["presets"].harnesses} == {"out_of_space"}
     assert [r.klass for r in eval_runs(PROFILES["full"], trained=False)] == ["base"]
@@ -323,6 +384,48 @@ def test_the_profiles_plan_their_classes_and_estimate_their_cost():
     assert set(PROFILES["ablation"].arms) >= {"random18", "oa18-k1", "oa18-k4", "h1"}
     costs = {name: estimate_cost(PROFILES[name])["total_s"] for name in ("small", "full", "ablation")}
     assert costs["small"] < costs["full"] < costs["ablation"]
+
+
+def test_real_clis_are_an_evaluation_class_served_the_checkpoint(tmp_path):
+    """The full profile evaluates claude-code --bare and mini-swe-agent as class ``external``, and
+    their agent is the bench's ``hf`` agent on the very checkpoint (what bench/external.py serves
+    behind a CLI), not the in-process agent a CLI cannot drive."""
+    from benchmarks.replication import PROFILES, eval_runs
+    from harness_gym.bench.external import _agent_name
+    from harness_gym.replication.evaluate import bench_agent_factory
+
+    external = {r.klass: r for r in eval_runs(PROFILES["full"], trained=True)}["external"]
+    assert [h.env_id for h in external.harnesses] == ["external:claude-code-bare", "external:mini-swe-agent"]
+    assert {h.klass for h in external.harnesses} == {"external"} and external.count == PROFILES["full"].eval_tasks
+    factory = bench_agent_factory(tmp_path / "ckpt", external.harnesses, max_new_tokens=96)
+    assert _agent_name(factory) == ("hf", {"model": str(tmp_path / "ckpt"), "max_new_tokens": 96})
+    in_process = bench_agent_factory(tmp_path / "ckpt", external.harnesses[:0], max_new_tokens=96)
+    assert _agent_name(in_process) == (None, {})
+    assert "external" not in {r.klass for r in eval_runs(PROFILES["easy"], trained=True)}
+
+
+@pytest.mark.slow
+@requires_bwrap
+def test_the_reply_cap_holds_the_references_longest_reply(tokenizer, tmp_path):
+    """The ladder's upper rung starts with a plan of every step and then the call: the profile's
+    reply cap must hold that whole reply, or a faithful imitation is cut off before its call (the
+    former cap of 96 tokens did that)."""
+    from benchmarks.replication import PROFILES
+    from harness_gym.export import sft_rows
+    from harness_gym.replication.data import ladder_suite, record_trajectories
+
+    suite = ladder_suite(7, 2, rungs="4")
+    tasks = load_tasks(suite)
+    paths = record_trajectories(suite, tasks, [(t.id, BASE_CONFIG) for t in tasks], tmp_path)
+    rows, _ = sft_rows(paths, tasks=suite, tool_format="hermes")
+    longest = 0
+    for row in rows:
+        example = tokenize_row(row, tokenizer)
+        run = 0
+        for trained in (*example.trained, False):
+            run = run + 1 if trained else 0
+            longest = max(longest, run)
+    assert 96 < longest <= min(p.max_new_tokens for name, p in PROFILES.items() if p.suite == "ladder")
 
 
 @requires_bwrap

@@ -181,14 +181,20 @@ def render_markdown(result: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def bench_pass_at_1(path: str | Path) -> dict[str, float]:
-    """Per-harness Pass@1 from a bench results file (JSON lines of episode records); errors count
-    as failures."""
+def bench_pass_at_1(paths: str | Path | Sequence[str | Path]) -> dict[str, float]:
+    """Per-harness Pass@1 from bench results files (JSON lines of episode records; a string may
+    name several, comma-separated: e.g. one bench folder per evaluation class); errors count as
+    failures."""
+    if isinstance(paths, str):
+        paths = [p for p in paths.split(",") if p]
+    elif isinstance(paths, Path):
+        paths = [paths]
     totals: dict[str, list[float]] = {}
-    for record in load_records(path):
-        if record.get("role", "model") != "model":
-            continue
-        totals.setdefault(str(record["harness"]), []).append(1.0 if record.get("passed") else 0.0)
+    for path in paths:
+        for record in load_records(path):
+            if record.get("role", "model") != "model":
+                continue
+            totals.setdefault(str(record["harness"]), []).append(1.0 if record.get("passed") else 0.0)
     return {h: float(np.mean(v)) for h, v in totals.items()}
 
 
