@@ -385,3 +385,57 @@ def test_a_dead_owners_uid_outside_this_pool_stays_for_a_process_that_can_reclai
         assert not log.exists()
     finally:
         log.unlink(missing_ok=True)
+
+
+@pytest.mark.slow
+def test_no_sandbox_is_lost_to_the_reclaim_of_a_dead_owner_whose_uids_it_leased_again():
+    """An owner killed -9; this process leases its uids again, then a recovery pass reclaims the dead
+    owner's log. Its cgroups were named by uid alone: removing them by path (``cgroup.kill``) killed
+    the live tenants' sandboxes (4 of 4). Thread exits and pool shutdowns are counted too."""
+    import shutil
+
+    from benchmarks import rollout_scale
+    from harness_gym.sandboxes import isolation
+
+    with pytest.MonkeyPatch.context() as patch:  # a state folder of its own: no other process reclaims first
+        patch.setenv(isolation.STATE_DIR_VARIABLE, str(isolation.state_dir()))
+        patch.setenv(isolation.UID_BASE_VARIABLE, str(isolation.uid_pool().start))
+        state = rollout_scale.private_host_state()
+        try:
+            run = rollout_scale.losses(4, seed=0)
+        finally:
+            shutil.rmtree(state, ignore_errors=True)
+    assert run["dead_owner_logs_reclaimed"] > 0  # the pass met the dead owner's log
+    assert run["uids_leased_again_from_the_dead_owner"] > 0  # else the reclaim was not put to the test
+    assert {key: value for key, value in run.items() if key.startswith("lost_") and value} == {}
+
+
+def test_every_host_folder_is_registered_before_it_exists(monkeypatch, tmp_path):
+    """A kill -9 between ``mkdtemp`` and the registry's record left an unrecorded folder (the
+    30-minute soak: 3 grading payloads and a mounted workspace in 29 kills). Each folder a run makes
+    (control, grader, payload, plain and copy-on-write workspaces) is recorded before it exists."""
+    import os
+
+    from harness_gym.sandboxes import isolation, layers
+
+    registered, unrecorded = isolation.registry(), []
+    real_mkdir = os.mkdir
+
+    def spy(path, *args, **kwargs):
+        if Path(path).name.startswith("harness-gym-") and str(path) not in registered._items["dir"]:
+            unrecorded.append(str(path))
+        return real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", spy)
+    made = [isolation.private_folder("harness-gym-ctl-", tmp_path)]
+    with isolation.registered_folder("harness-gym-payload-", tmp_path) as payload:
+        assert payload.is_dir()
+    made.append(isolation.new_workspace(None, tmp_path)[0])
+    if layers.available():
+        workspace = layers.prepare(1, tmp_path)
+        layers.release(workspace)
+        assert str(workspace.parent) not in registered._items["dir"]  # released: its record went too
+    for path in made:
+        isolation.release_workspace(path)
+    assert unrecorded == []
+    assert [p for p in registered._items["dir"] if p.startswith(str(tmp_path))] == []

@@ -199,7 +199,9 @@ class BubblewrapSandbox(ShellSandbox):
                 layers.mount(self.workspace, self._layer, self._lease.uid)
             else:
                 isolation.chown_tree(self.workspace, self._lease.uid, self._lease.uid)
-            name = f"{self._lease.uid}"
+            # named by the lease, not the uid alone: a dead owner's recovery pass removes the cgroups its
+            # registry lists by path, and a live tenant that leased the uid since must not be among them
+            name = f"{self._lease.uid}-{self._lease.generation}"
         else:
             name = f"{os.getpid()}-{next(_group_names)}"
         request = isolation.CgroupRequest(memory_mb=self.memory_mb, max_processes=self.max_processes, cpus=self.cpus)
@@ -325,7 +327,7 @@ class BubblewrapSandbox(ShellSandbox):
         # a restart re-creates a cgroup that vanished meanwhile (removed by another process's
         # reclaim): joining it must not fail, and its limits must not silently go
         if self._lease is not None and any(not group.is_dir() for group in self._cgroups):
-            name = f"{self._lease.uid}"
+            name = f"{self._lease.uid}-{self._lease.generation}"  # as _prepare_start names them
             limits = {
                 "memory": {"memory.limit_in_bytes": str(self.memory_mb << 20)},
                 "pids": {"pids.max": str(self.max_processes)},
