@@ -1,6 +1,7 @@
 """README's external bench figures from one bench run: a plot of per-CLI Pass@1 (95% bootstrap
 intervals over episodes) beside the imitation preset each CLI file names (``imitation:``), and the
-imitation-fidelity table (preset vs its real CLI: Pass@1, tool calls per episode, valid-call rate).
+imitation-fidelity table (preset vs its real CLI, per agent: Pass@1, errors by kind, agent turns,
+tool-call attempts, valid calls as the records count them, tokens per episode).
 
     harness-gym bench --agent reference --calibration null --tasks builtin --task-count 2 --runs 1 \\
       --configs external:claude-code,external:claude-code-bare,external:codex,Harness-ClaudeCodeStyle \\
@@ -14,13 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness_gym.external.catalog import load_cli, shipped_clis
 from harness_gym.metrics import Interval, bootstrap_ci
+
+OUTCOME_COLORS = {"passed": "tab:green", "failed": "lightgray", "context_overflow": "tab:purple", "error": "tab:red"}
 
 
 def imitations() -> dict[str, str]:
@@ -34,7 +37,8 @@ def imitations() -> dict[str, str]:
 
 
 def summarize(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
-    """(harness, agent role) -> Pass@1 interval, episodes, errors, tool calls per episode, valid-call rate."""
+    """(harness, agent role) -> Pass@1 interval, episodes, errors by kind, agent turns, tool-call
+    attempts and valid calls (as the records count them), tokens per episode."""
     grouped: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
     for record in records:
         grouped[(str(record["harness"]), str(record.get("role", "model")))].append(record)
@@ -42,12 +46,26 @@ def summarize(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], dic
     for key, group in grouped.items():
         calls = sum(int(r.get("tool_calls") or 0) for r in group)
         valid = sum(int(r.get("valid_tool_calls") or 0) for r in group)
+        kinds: dict[str, int] = defaultdict(int)
+        for r in group:
+            if r.get("outcome") == "error":
+                kinds[str(r.get("error_kind") or "unknown")] += 1
         summary[key] = {
             "pass": bootstrap_ci([1.0 if r.get("passed") else 0.0 for r in group]),
+            "agent": next((str(r["agent"]) for r in group if r.get("agent")), key[1]),
             "episodes": len(group),
-            "errors": sum(1 for r in group if r.get("outcome") == "error"),
+            "errors": sum(kinds.values()),
+            "errors_by_kind": dict(sorted(kinds.items())),
+            "context_overflows": sum(1 for r in group if r.get("outcome") == "context_overflow"),
+            "outcomes": dict(Counter(str(r.get("outcome")) for r in group)),
+            "turns_per_episode": sum(int(r.get("steps") or 0) for r in group) / len(group),
+            "calls": calls,
+            "valid": valid,
             "calls_per_episode": calls / len(group),
             "valid_rate": valid / calls if calls else float("nan"),
+            "prompt_per_episode": sum(int((r.get("tokens") or {}).get("prompt") or 0) for r in group) / len(group),
+            "completion_per_episode": sum(int((r.get("tokens") or {}).get("completion") or 0) for r in group)
+            / len(group),
         }
     return summary
 
@@ -56,8 +74,14 @@ def _pct(interval: Interval) -> str:
     return f"{interval.estimate:.0%} [{interval.low:.0%}, {interval.high:.0%}]"
 
 
+def _errors(row: Mapping[str, Any]) -> str:
+    if not row["errors"]:
+        return "0"
+    return f"{row['errors']} (" + ", ".join(f"{k} {v}" for k, v in row["errors_by_kind"].items()) + ")"
+
+
 def tables(summary: Mapping[tuple[str, str], Mapping[str, Any]], pairs: Mapping[str, str]) -> str:
-    """The per-harness table and the fidelity table, markdown."""
+    """The per-harness table and the fidelity table (each real CLI beside its imitation, per agent), markdown."""
     roles = sorted({role for _, role in summary})
     lines = ["| harness | " + " | ".join(f"{r} Pass@1 [95% CI]" for r in roles) + " | errors | episodes |"]
     lines.append("|---|" + "---|" * (len(roles) + 2))
@@ -66,35 +90,48 @@ def tables(summary: Mapping[tuple[str, str], Mapping[str, Any]], pairs: Mapping[
         errors = sum(summary[(harness, r)]["errors"] for r in roles if (harness, r) in summary)
         episodes = sum(summary[(harness, r)]["episodes"] for r in roles if (harness, r) in summary)
         lines.append(f"| `{harness}` | " + " | ".join(cells) + f" | {errors} | {episodes} |")
-    lines += ["", "| real CLI vs its imitation (model role) | Pass@1 | tool calls / episode | valid-call rate |"]
-    lines.append("|---|---|---|---|")
+    lines += [
+        "",
+        "| real CLI vs its imitation | agent | Pass@1 [95% CI] | errors | context overflows | agent turns / episode "
+        "| tool-call attempts / episode | valid calls | prompt / completion tokens / episode |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for cli, preset in sorted(pairs.items()):
-        if (cli, "model") not in summary:
-            continue  # its CLI was not in the run: no comparison
-        for harness in (cli, preset):
-            row = summary.get((harness, "model"))
-            if row is None:
-                continue
-            valid = "–" if row["valid_rate"] != row["valid_rate"] else f"{row['valid_rate']:.0%}"
-            lines.append(f"| `{harness}` | {_pct(row['pass'])} | {row['calls_per_episode']:.1f} | {valid} |")
+        for role in roles:
+            if (cli, role) not in summary:
+                continue  # its CLI was not in the run with this agent: no comparison
+            for harness in (cli, preset):
+                row = summary.get((harness, role))
+                if row is None:
+                    continue
+                rate = "–" if row["valid_rate"] != row["valid_rate"] else f"{row['valid_rate']:.0%}"
+                lines.append(
+                    f"| `{harness}` | {row['agent'] if role == 'model' else role} | {_pct(row['pass'])} "
+                    f"| {_errors(row)} | {row['context_overflows']} | {row['turns_per_episode']:.1f} "
+                    f"| {row['calls_per_episode']:.1f} "
+                    f"| {row['valid']} / {row['calls']} ({rate}) "
+                    f"| {row['prompt_per_episode']:,.0f} / {row['completion_per_episode']:,.0f} |"
+                )
     return "\n".join(lines)
 
 
 def plot(summary: Mapping[tuple[str, str], Mapping[str, Any]], pairs: Mapping[str, str], path: Path) -> None:
-    """Per-CLI Pass@1 (model role) with intervals, each beside its imitation preset."""
+    """Per-CLI Pass@1 (model role) with intervals, each beside its imitation preset; and how their
+    episodes ended (passed, failed, past the model's context, error)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     clis = sorted(h for h, role in summary if role == "model" and h.startswith("external:"))
-    figure, axis = plt.subplots(figsize=(max(6.0, 1.3 * len(clis)), 3.6))
+    figure, (axis, outcomes_axis) = plt.subplots(1, 2, figsize=(max(9.0, 2.4 * len(clis)), 3.6))
     for index, cli in enumerate(clis):
         bars = [(cli, "tab:blue", -0.2)]
         if (pairs.get(cli, ""), "model") in summary:
             bars.append((pairs[cli], "tab:orange", 0.2))
         for harness, color, offset in bars:
-            interval = summary[(harness, "model")]["pass"]
+            row = summary[(harness, "model")]
+            interval = row["pass"]
             axis.bar(index + offset, interval.estimate, width=0.38, color=color)
             axis.errorbar(
                 index + offset,
@@ -103,12 +140,26 @@ def plot(summary: Mapping[tuple[str, str], Mapping[str, Any]], pairs: Mapping[st
                 color="black",
                 capsize=3,
             )
-    axis.set_xticks(range(len(clis)), [c.removeprefix("external:") for c in clis], rotation=20)
+            bottom = 0.0
+            for outcome, shade in OUTCOME_COLORS.items():
+                share = row["outcomes"].get(outcome, 0) / row["episodes"]
+                outcomes_axis.bar(index + offset, share, width=0.38, bottom=bottom, color=shade, edgecolor=color)
+                bottom += share
+    names = [c.removeprefix("external:") for c in clis]
+    axis.set_xticks(range(len(clis)), names, rotation=20)
     axis.set_ylim(0, 1.05)
     axis.set_ylabel("Pass@1 (95% CI)")
     axis.bar(0, 0, color="tab:blue", label="real CLI")
     axis.bar(0, 0, color="tab:orange", label="its imitation preset")
-    axis.legend(loc="lower right", fontsize=8)
+    axis.legend(loc="upper right", fontsize=8)
+    outcomes_axis.set_xticks(range(len(clis)), names, rotation=20)
+    outcomes_axis.set_ylim(0, 1.35)
+    outcomes_axis.set_ylabel("share of episodes (left bar: real CLI)")
+    for outcome, shade in OUTCOME_COLORS.items():
+        outcomes_axis.bar(0, 0, color=shade, label=outcome.replace("_", " "))
+    outcomes_axis.legend(loc="upper center", fontsize=7, ncol=4)
+    agents = sorted({str(summary[(c, "model")]["agent"]) for c in clis})
+    figure.suptitle(f"agent: {', '.join(agents)}", fontsize=9)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)

@@ -75,8 +75,9 @@ def solve(task: Task, destination: Path) -> None:
             path.chmod(0o755)
 
 
-def grade_seconds(task: Task, solved: Path) -> tuple[float, float]:
-    """(seconds ``task.grade`` took, reward) on a copy of the solved workspace."""
+def grade_seconds(task: Task, solved: Path) -> tuple[float, float, float]:
+    """(seconds ``task.grade`` took, its CPU seconds, reward) on a copy of the solved workspace (CPU:
+    see :func:`cpu_meter`)."""
     sandbox = create_sandbox("bubblewrap")
     try:
         workspace = sandbox.new_workspace()
@@ -87,9 +88,9 @@ def grade_seconds(task: Task, solved: Path) -> tuple[float, float]:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(path, target)
         sandbox.start(workspace, task.mount_path)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), _cpu_seconds()
         result = task.grade(sandbox, [])
-        return time.perf_counter() - started, result.reward
+        return time.perf_counter() - started, _cpu_seconds() - cpu, result.reward
     finally:
         sandbox.close()
 
@@ -290,26 +291,31 @@ def main() -> None:
         else [i for i, t in current.items() if t.signed_verdict or t.metadata.get("family") == "repository-repair"]
     )
     rows = {}
-    with tempfile.TemporaryDirectory(prefix="grading-time-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="grading-time-") as scratch, cpu_meter() as meter:
         old = baseline_tasks(args.baseline, Path(scratch) / "baseline")
         for task_id in chosen:
             solved = Path(scratch) / "solved" / task_id
             solve(current[task_id], solved)
-            samples: dict[str, list[float]] = {"current": [], "baseline": []}
+            samples: dict[str, list[float]] = {"current": [], "baseline": [], "current_cpu": [], "baseline_cpu": []}
             for _ in range(args.rounds):
                 for name, task in (("current", current[task_id]), ("baseline", old[task_id])):
-                    seconds, reward = grade_seconds(task, solved)
+                    seconds, cpu, reward = grade_seconds(task, solved)
                     if reward != 1.0:
                         raise SystemExit(f"{task_id}: the {name} grader gave {reward} to the reference solution")
                     samples[name].append(seconds)
+                    samples[f"{name}_cpu"].append(cpu)
             rows[task_id] = {k: statistics.median(v) * 1000 for k, v in samples.items()}
             print(
-                f"{task_id:<32} current {rows[task_id]['current']:7.1f} ms   baseline {rows[task_id]['baseline']:7.1f} ms"
+                f"{task_id:<32} current {rows[task_id]['current']:7.1f} ms (CPU {rows[task_id]['current_cpu']:6.1f})"
+                f"   baseline {rows[task_id]['baseline']:7.1f} ms (CPU {rows[task_id]['baseline_cpu']:6.1f})"
             )
     current_ms = statistics.median(r["current"] for r in rows.values())
     baseline_ms = statistics.median(r["baseline"] for r in rows.values())
     ratio = current_ms / baseline_ms
+    current_cpu = statistics.median(r["current_cpu"] for r in rows.values())
+    baseline_cpu = statistics.median(r["baseline_cpu"] for r in rows.values())
     print(f"median grading time: current {current_ms:.1f} ms, baseline {baseline_ms:.1f} ms, ratio {ratio:.2f}")
+    print(f"median grading CPU ({meter}): current {current_cpu:.1f} ms, baseline {baseline_cpu:.1f} ms")
     print(f"target: ratio <= {TARGET_RATIO}: {'met' if ratio <= TARGET_RATIO else 'NOT met'}")
     result = {
         "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version()},
@@ -318,6 +324,10 @@ def main() -> None:
         "per_task_ms": rows,
         "median_current_ms": current_ms,
         "median_baseline_ms": baseline_ms,
+        "median_current_cpu_ms": current_cpu,
+        "median_baseline_cpu_ms": baseline_cpu,
+        "cpu_measured_by": meter,
+        "load_average": os.getloadavg(),
         "ratio": ratio,
         "target_ratio": TARGET_RATIO,
     }

@@ -1,21 +1,39 @@
 """Environments at rollout scale: simultaneous resets, the first tool-server call, thread exits.
 
     python benchmarks/rollout_scale.py [--environments 64] [--rounds 3] [--out benchmarks/results/rollout_scale.json]
+    python benchmarks/rollout_scale.py --losses 8,64,256 [--out benchmarks/results/rollout_losses.json]
 
 Measured (ms): ``--environments`` environments reset at once from a thread pool of that size, the
 first time (no spare) and again (warm spares, made by the spare pool), p50 and max per round; the
 first non-bash tool call (a file-editor view) of an episode whose sandbox was a spare; and how many
 sandboxes a pool's shutdown killed (reset in a pool, pool shut down, one command in each: lost when
 it does not answer in the same shell). Prints the figures and writes them as JSON.
+
+``--losses`` counts only what an RL run must never meet, at each number of environments: an owner
+process holding that many sandboxes is killed with -9 (its uids are leased again by this process,
+which starts its uid search where the dead one did); this process resets as many environments,
+half from a thread pool of random size shut down afterwards, half each from a thread of its own
+that exits; a crash-recovery pass then reclaims the dead owner while they live; a second round
+resets them all again (spares made by the spare pool's workers) from a new pool. After each stage,
+a sandbox is lost when a command does not answer in the same shell, or an ``env.step`` ends the
+episode. It fails (exit 1) on any loss, when no uid of the dead owner was leased again, or when
+the recovery pass found no dead owner's log to reclaim (then the reclaim was not put to the test: the run
+uses a state folder and uid range of its own, ``--shared-state`` for the host's, where another
+process's start may reclaim the dead owner first).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import random
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -38,6 +56,14 @@ def _timed_reset(env: Any) -> float:
     started = time.perf_counter()
     env.reset(seed=0)
     return (time.perf_counter() - started) * 1000
+
+
+def _uptime() -> str:
+    """The load the figures were taken under (``/proc/loadavg``)."""
+    try:
+        return "load average " + " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
 
 
 def _summary(values: list[float]) -> dict[str, float]:
@@ -81,18 +107,186 @@ def measure(count: int, rounds: int) -> dict[str, Any]:
     }
 
 
+def _lost(envs: list[Any]) -> int:
+    """How many of ``envs`` lost their sandbox: a command not answered in the same shell, or a
+    step through the environment that ends the episode."""
+    lost = 0
+    for env in envs:
+        bash = next(t.name for t in env.tool_interface.tools.values() if t.implementation == "bash")
+        call = f'<tool_call>{{"name": "{bash}", "arguments": {{"command": "cat a.txt"}}}}</tool_call>'
+        sandbox: Any = env.sandbox
+        shell = sandbox._proc
+        if sandbox.run("cat a.txt").output != "alpha\n" or sandbox._proc is not shell:
+            lost += 1
+            continue
+        observation, _, terminated, truncated, _ = env.step(call)
+        if terminated or truncated or "alpha" not in str(observation) or sandbox._proc is not shell:
+            lost += 1
+    return lost
+
+
+def hold(count: int, task_root: Path, cursor: int) -> None:
+    """The owner to be killed: ``count`` live sandboxes, then a line on stdout, then wait."""
+    from harness_gym import HarnessEnv
+    from harness_gym.sandboxes import bubblewrap
+
+    bubblewrap._uid_cursor = cursor  # where its uid search starts (random per process otherwise)
+    task = _task(task_root)
+    envs = [HarnessEnv("S0T0O0C0W0", tasks=[task], max_steps=50) for _ in range(count)]
+    with ThreadPoolExecutor(max_workers=min(count, 16)) as pool:
+        list(pool.map(lambda env: env.reset(seed=0), envs))
+    print("ready", flush=True)
+    time.sleep(3600)
+
+
+def _dead_owner(count: int, folder: Path, cursor: int) -> set[str]:
+    """Start an owner of ``count`` sandboxes, kill it with -9 once they run: the uids it leased."""
+    from harness_gym.sandboxes import isolation
+
+    root = folder / "dead-owner"
+    root.mkdir()
+    command = [sys.executable, str(Path(__file__).resolve()), "--hold", str(count), "--task-root", str(root)]
+    command += ["--cursor", str(cursor)]
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"the owner to be killed did not start its {count} sandboxes (exit {proc.poll()})")
+        uids: set[str] = set()
+        for log in (isolation.state_dir() / "owners").glob(f"{proc.pid}-*.log"):
+            uids |= set(isolation.read_registry(log.read_text("utf-8", "surrogateescape")).get("uid", []))
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return {token.partition(":")[0] for token in uids}
+
+
+PRIVATE_UID_BASE = "3100000"  # far from the default pool (the soak's starts at 3,000,000)
+
+
+def private_host_state() -> Path:
+    """A state folder and a uid range of this process's own (its children inherit them), so that
+    only this run reclaims its dead owner: the pass :func:`losses` runs is then the one that meets
+    it. Call before anything else uses a sandbox; the caller removes the folder."""
+    from harness_gym.sandboxes import isolation
+
+    folder = Path(tempfile.mkdtemp(prefix="hg-scale-state-"))
+    os.environ[isolation.STATE_DIR_VARIABLE] = str(folder)
+    os.environ[isolation.UID_BASE_VARIABLE] = PRIVATE_UID_BASE
+    return folder
+
+
+def losses(count: int, seed: int) -> dict[str, Any]:
+    """The sandboxes lost to thread exits, pool shutdowns and a reclaim pass, at ``count`` environments."""
+    from harness_gym import HarnessEnv
+    from harness_gym.sandboxes import bubblewrap, isolation
+
+    rng = random.Random(seed)
+    cursor = int.from_bytes(os.urandom(2), "big")
+    with tempfile.TemporaryDirectory(prefix="hg-scale-") as name:
+        folder = Path(name)
+        # this process's once-per-start recovery pass runs now, while the owner to be killed lives:
+        # the pass below finds its registry log with uids this process has leased again since
+        isolation.registry()
+        dead_uids = _dead_owner(count, folder, cursor)
+        bubblewrap._uid_cursor = cursor  # this process's uid search starts where the dead owner's did
+        task = _task(folder)
+        envs = [HarnessEnv("S0T0O0C0W0", tasks=[task], max_steps=50) for _ in range(count)]
+        try:
+            half = count // 2
+            pool_size = rng.randint(1, max(1, half))
+            with ThreadPoolExecutor(max_workers=pool_size) as pool:
+                list(pool.map(lambda env: env.reset(seed=0), envs[:half]))
+            threads = [threading.Thread(target=env.reset, kwargs={"seed": 0}) for env in envs[half:]]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            time.sleep(1.0)  # the threads have exited: a sandbox tied to its spawning thread is dead by now
+            leased_again = sum(str(getattr(env.sandbox, "uid", None)) in dead_uids for env in envs)
+            lost_to_thread_exits = _lost(envs)
+            dead_logs = len(isolation.dead_owner_logs())
+            reclaimed = isolation.reclaim_dead_owners()
+            dead_logs -= len(isolation.dead_owner_logs())
+            lost_to_the_reclaim = _lost(envs)
+            second_pool = rng.randint(1, count)
+            with ThreadPoolExecutor(max_workers=second_pool) as pool:
+                list(pool.map(lambda env: env.reset(seed=0), envs))
+            time.sleep(1.0)
+            lost_after_a_second_round = _lost(envs)
+        finally:
+            for env in envs:
+                env.close()
+    return {
+        "environments": count,
+        "pool_sizes": [pool_size, second_pool],
+        "dead_owner_uids": len(dead_uids),
+        "uids_leased_again_from_the_dead_owner": leased_again,
+        "dead_owner_logs_reclaimed": dead_logs,
+        "reclaim_lines": len(reclaimed),
+        "state": "private" if os.environ.get(isolation.UID_BASE_VARIABLE) == PRIVATE_UID_BASE else "the host's",
+        "lost_to_thread_exits_and_pool_shutdowns": lost_to_thread_exits,
+        "lost_to_the_reclaim": lost_to_the_reclaim,
+        "lost_after_a_second_round_with_spares": lost_after_a_second_round,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--environments", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3, help="resets with spares after the first two")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "rollout_scale.json")
+    parser.add_argument(
+        "--losses", help="comma-separated numbers of environments: count the sandboxes lost, measure nothing"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--shared-state", action="store_true", help="--losses: the host's state folder and uid pool, not the run's own"
+    )
+    parser.add_argument("--out", type=Path, help="default benchmarks/results/rollout_scale.json (rollout_losses.json)")
+    parser.add_argument("--hold", type=int, help=argparse.SUPPRESS)  # the owner process to be killed
+    parser.add_argument("--task-root", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--cursor", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.hold is not None:
+        hold(args.hold, args.task_root, args.cursor)
+        return 0
     if args.environments < 1 or args.rounds < 1:
         parser.error("--environments and --rounds must be at least 1")
+    results = ROOT / "benchmarks" / "results"
+    if args.losses is not None:
+        try:
+            counts = [int(part) for part in args.losses.split(",")]
+        except ValueError:
+            parser.error(f"--losses takes numbers separated by commas, got {args.losses!r}")
+        if not counts or min(counts) < 2:
+            parser.error("--losses: each number of environments must be at least 2")
+        state = None if args.shared_state else private_host_state()
+        try:
+            runs = [losses(count, args.seed + index) for index, count in enumerate(counts)]
+        finally:
+            if state is not None:
+                import shutil
+
+                shutil.rmtree(state, ignore_errors=True)
+        failed = [
+            run["environments"]
+            for run in runs
+            if run["uids_leased_again_from_the_dead_owner"] == 0
+            or (run["state"] == "private" and run["dead_owner_logs_reclaimed"] == 0)
+            or any(value for key, value in run.items() if key.startswith("lost_"))
+        ]
+        report = {"uptime": _uptime(), "runs": runs, "passed": not failed}
+        print(json.dumps(report, indent=2))
+        out = args.out or results / "rollout_losses.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2) + "\n")
+        return 1 if failed else 0
     result = measure(args.environments, args.rounds)
     print(json.dumps(result, indent=2))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    out = args.out or results / "rollout_scale.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
     return 0
 
 

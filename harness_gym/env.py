@@ -32,7 +32,7 @@ from harness_gym.factors.workflow import Workflow
 from harness_gym.harness import Harness
 from harness_gym.hooks import CallRecord, EpisodeState, HookRunner
 from harness_gym.sandboxes import spare
-from harness_gym.sandboxes.base import Sandbox, SandboxError, SandboxFactory, choose_backend, create_sandbox
+from harness_gym.sandboxes.base import Sandbox, SandboxFactory, choose_backend, create_sandbox
 from harness_gym.sandboxes.options import SandboxOptions
 from harness_gym.space import BASE_CONFIG, HarnessConfig
 from harness_gym.spaces import AssistantActionSpace, chat_observation_space
@@ -42,7 +42,7 @@ from harness_gym.tasks import GradeResult, Task, load_tasks
 from harness_gym.tool_calls import ActionError, ParsedAction, ToolCall, coerce_arguments, message_text, parse_action
 from harness_gym.tools import LIBRARY_PREFIX, ToolContext, run_tool
 from harness_gym.tools.roles import call_effects
-from harness_gym.worlds import HOST, World, WorldError, docker_image, grader_scripts, load_world, missing_interpreters
+from harness_gym.worlds import World, docker_image, task_world
 
 Message = dict[str, Any]
 
@@ -561,27 +561,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
 
     @staticmethod
     def _world_for(task: Task, backend: str | SandboxFactory, requested: str | None) -> World:
-        """The world a task runs on: the environment's ``world``, else the task's (its suite's
-        default), else the host's folders. A world that is not built is an error now, naming the
-        command that builds it; a task's own container image is its world."""
-        world = load_world(requested or task.world or HOST)
-        if world.is_host or (backend == "docker" and task.image is not None):
-            return world
-        if backend not in ("bubblewrap", "docker"):
-            name = backend if isinstance(backend, str) else "a custom sandbox factory"
-            raise SandboxError(
-                f"task {task.id} runs on world {world.name!r}, which the {name} backend cannot provide; "
-                "use sandbox='bubblewrap' or 'docker', or world='host'"
-            )
-        world.root()  # raises WorldError with the build command when it is missing
-        missing = missing_interpreters(world, grader_scripts(task.grade_command, task.grader_files))
-        if missing:  # a correct solution would be graded as a failure: refuse the task by name
-            raise WorldError(
-                f"task {task.id}: its grader calls {', '.join(missing)}, which world {world.name!r} does not have; "
-                f"add the Debian package to the world's packages (a world YAML file, world=...) and build it "
-                f"(harness-gym worlds build FILE), or leave the task out"
-            )
-        return world
+        return task_world(task, backend, requested)
 
     def _choose_task(self, task_id: str | None) -> Task:
         if task_id is not None:

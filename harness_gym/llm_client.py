@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import urllib.error
 import urllib.request
@@ -20,6 +21,20 @@ from harness_gym.errors import AgentError
 
 class LLMError(AgentError):
     """The endpoint could not give an answer (after retries)."""
+
+
+# how servers word "the prompt does not fit" (vLLM, OpenAI, llama.cpp, harness-gym serve)
+_OVERFLOW = re.compile(
+    r"maximum context length|maximum model length|context length|context window|prompt is too long|"
+    r"longer than the maximum|exceeds the context",
+    re.IGNORECASE,
+)
+
+
+def says_context_overflow(message: str) -> bool:
+    """Whether an :class:`LLMError`'s message is a 4xx saying the prompt does not fit the model's
+    context: an episode outcome (``context_overflow``), not an endpoint failure."""
+    return bool(re.search(r"answered 4\d\d: ", message) and _OVERFLOW.search(message))
 
 
 @dataclass

@@ -17,7 +17,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from harness_gym.agents.huggingface import load_model
+from harness_gym.agents.huggingface import load_model, stops_at_exit
 from harness_gym.prompting import text_messages
 from harness_gym.tool_calls import parse_action
 
@@ -96,7 +96,9 @@ class ModelServer:
         if temperature > 0:
             options["temperature"] = temperature
         with self.lock, torch.no_grad():
-            output = self.model.generate(ids, attention_mask=torch.ones_like(ids), **options)
+            output = self.model.generate(
+                ids, attention_mask=torch.ones_like(ids), stopping_criteria=stops_at_exit(), **options
+            )
         new = output[0][ids.shape[1] :]
         text = self.tokenizer.decode(new, skip_special_tokens=True)
         message: dict[str, Any] = {"role": "assistant", "content": text}

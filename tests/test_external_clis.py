@@ -29,6 +29,7 @@ from harness_gym.external.catalog import ExternalCliError, load_cli, shipped_cli
 from harness_gym.external.install import ExternalInstallError, install_path, installed
 from harness_gym.external.policies import DoNothingPolicy, PolicyReply, PolicyRequest, ScriptedPolicy
 from harness_gym.external.runner import SIDE_REQUESTS, ExternalEpisode, run_external_episode
+from harness_gym.llm_client import LLMError
 from harness_gym.tasks import load_tasks
 from harness_gym.tasks.base import Task
 
@@ -257,6 +258,25 @@ def test_a_failing_policy_is_an_episode_error_even_when_the_cli_retries(fake_cli
     assert not record["truncated"]
 
 
+def _too_long(request: Any) -> PolicyReply:  # what OpenAICompatiblePolicy raises on vLLM's answer
+    raise LLMError(
+        "http://127.0.0.1:8000/v1/chat/completions answered 400: This model's maximum context length is 8192 "
+        "tokens. However, your prompt contains at least 8193 input tokens"
+    )
+
+
+@requires_bwrap
+def test_a_prompt_past_the_models_context_is_a_context_overflow_outcome(fake_cli: Any, task: Task) -> None:
+    """Claude Code's 24-tool prompt does not fit SmolLM2's 8k context: vLLM answers 400. That is the
+    episode's outcome (``context_overflow``, a failure, not graded), as the bench records it for every
+    harness, not an endpoint error."""
+    episode = run_external_episode(fake_cli("flood"), task, ScriptedPolicy([_too_long] * 100), max_turns=5, wall_s=300)
+    record = episode.record
+    assert record["outcome"] == "context_overflow" and record["error"] is None and record["error_kind"] is None
+    assert record["reward"] == 0.0 and not record["passed"] and record["breakdown"] == {}
+    assert record["truncated"] and "outgrew the model's context" in record["truncation_reason"]
+
+
 @requires_bwrap
 def test_an_exceeded_token_budget_is_an_error_even_when_the_cli_exits_cleanly(fake_cli: Any, task: Task) -> None:
     """One answer over the token budget, then the CLI exits 0 at once: a budget error, never a grade."""
@@ -312,6 +332,9 @@ def _check_solved(name: str, episode: ExternalEpisode) -> None:
     calls = [c for m in episode.transcript if m["role"] == "assistant" for c in m.get("calls", [])]
     assert calls and calls[0]["name"] == tool and calls[0]["canonical"] == "execute_bash"
     assert record["tool_calls_by_role"].get("shell", 0) >= 1
+    # counted from the records (harness_gym.external.validity): the reference's calls are all valid
+    assert record["valid_tool_calls"] == record["tool_calls"] == len(calls) and record["tool_errors"] == 0
+    assert record["external"]["invalid_calls"] == []
     assert record["durations"]["startup_s"] is not None and record["durations"]["startup_s"] > 0
 
 
@@ -465,6 +488,18 @@ def test_bench_openai_agent_caps_the_tokens_each_cli_request_asks() -> None:
     assert policy.body(PolicyRequest("m", [], [], max_tokens=32000))["max_tokens"] == 512
 
 
+def test_a_real_clis_record_names_the_agent_as_its_imitation_does() -> None:
+    """The fidelity table pairs a CLI's records with its imitation's: both must name the same agent."""
+    import functools
+
+    from harness_gym.agents.factory import make_agent
+    from harness_gym.bench.external import agent_label
+
+    openai = functools.partial(make_agent, "openai", base_url="http://127.0.0.1:9/v1", model="smollm2")
+    assert agent_label(openai) == make_agent("openai", base_url="http://127.0.0.1:9/v1", model="smollm2").name
+    assert agent_label(functools.partial(make_agent, "hf")) == "hf:SmolLM2-135M-Instruct"
+
+
 @requires_bwrap
 @pytest.mark.slow
 def test_bench_hf_agent_drives_claude_code_bare_through_a_local_model_server(task: Task) -> None:
@@ -498,14 +533,34 @@ def test_address_space_and_memory_cap_are_separate_options() -> None:
     from harness_gym.external.runner import cli_sandbox_options
     from harness_gym.sandboxes.base import create_sandbox
 
-    options = cli_sandbox_options(load_cli("external:gemini-cli"), None, Path("/opt/x"), Path("/run/y"))
+    options = cli_sandbox_options(load_cli("external:gemini-cli"), None, Path("/opt/x"))
     assert options.memory_mb == 4096 and options.address_space_mb == 65536
-    assert (
-        cli_sandbox_options(load_cli("external:codex"), {"memory_mb": 2048}, Path("/a"), Path("/b")).memory_mb == 2048
-    )
+    assert options.extra_ro_binds == {"/opt/x": "/opt/x"}  # the install tree only: no proxy socket folder
+    assert cli_sandbox_options(load_cli("external:codex"), {"memory_mb": 2048}, Path("/a")).memory_mb == 2048
     with create_sandbox("bubblewrap", None, memory_mb=512, address_space_mb=8192) as sandbox:
         sandbox.start(sandbox.new_workspace(), "/workspace")
         assert sandbox.run("ulimit -v").output.strip() == str(8192 * 1024)
         assert sandbox.limits.enforced["memory_per_process"] == "RLIMIT_AS 8192 MiB"
         if "memory" in sandbox.limits.enforced:
             assert str(512 << 20) in sandbox.limits.enforced["memory"], sandbox.limits.enforced
+
+
+def test_installs_and_worlds_share_the_public_path_helpers(tmp_path: Path) -> None:
+    """A read-only tree (an install, a world) is measured and removed by :mod:`harness_gym.paths`'
+    public helpers, which both modules use (no private helper imported across modules)."""
+    from harness_gym import paths, worlds
+    from harness_gym.external import install
+
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "sub" / "blob").write_bytes(b"x" * (3 << 20))
+    (tree / "link").symlink_to("/nonexistent")
+    for folder in (tree / "sub", tree):
+        folder.chmod(0o555)
+    assert paths.size_mb(tree) == 3.0
+    paths.make_writable(tree)
+    paths.remove_path(tree)
+    assert not tree.exists()
+    paths.remove_path(tree)  # nothing there: no error
+    assert install.make_writable is paths.make_writable and worlds.make_writable is paths.make_writable
+    assert install.size_mb is paths.size_mb and worlds.remove_path is paths.remove_path

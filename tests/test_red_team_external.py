@@ -137,18 +137,10 @@ def test_the_bodies_one_rollout_keeps_are_bounded(proxy: ModelProxy) -> None:
 # ------------------------------------------------------------------------------ proxy, other rollouts
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "connection-slot exhaustion on a shared proxy (run_external_episode(proxy=...), the documented "
-        "multiplexed mode): a slot is taken at accept, before any byte or the secret is read, and an idle "
-        "handler holds it for up to 300 s (per read: a byte every 299 s holds it forever). One sandbox "
-        "opening MAX_CONNECTIONS idle connections to the bind-mounted socket makes every other rollout get "
-        "503. Fix: a per-request header deadline (e.g. 10 s for the request line and headers), per-secret "
-        "connection quotas counted after auth, and unauthenticated connections closed first."
-    ),
-)
 def test_idle_connections_of_one_rollout_do_not_lock_out_another(proxy: ModelProxy) -> None:
+    """hred2's attack 6: MAX_CONNECTIONS idle connections hold every slot of a shared proxy. A slot
+    past the bound now closes the connection that has waited longest for a request head (never-served
+    ones first), and each is closed at its head deadline anyway: the other rollout is served."""
     victim = proxy.open_rollout(ScriptedPolicy([], final="hello"))
     hogs = [_connect(proxy) for _ in range(MAX_CONNECTIONS)]
     try:
@@ -161,6 +153,39 @@ def test_idle_connections_of_one_rollout_do_not_lock_out_another(proxy: ModelPro
         for hog in hogs:
             hog.close()
     assert status == 200
+
+
+def test_a_connection_without_a_complete_head_is_closed_at_its_deadline() -> None:
+    """Silent, trickling (a byte per read, each read well within the per-read timeout) and idle
+    keep-alive connections are closed once their request head is ``head_deadline_s`` late; a request
+    sent in time is served."""
+    with ModelProxy(port=0, head_deadline_s=1.0) as proxy:
+        channel = proxy.open_rollout(ScriptedPolicy([], final="ok"))
+        silent, trickler, kept = _connect(proxy), _connect(proxy), _connect(proxy)
+        body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+        kept.sendall(_post_head(channel.secret, f"Content-Length: {len(body)}\r\n") + body)
+        assert _status(kept) == 200  # served in time; now idle on a keep-alive connection
+        started = time.monotonic()
+        head = _post_head(channel.secret, "Content-Length: 2\r\n")
+        sent = 0
+        while sent < len(head) and time.monotonic() - started < 15:
+            try:
+                trickler.sendall(head[sent : sent + 1])
+            except OSError:
+                break
+            sent += 1
+            time.sleep(0.1)
+        trickled_s = time.monotonic() - started
+        assert sent < len(head), "the trickled head was read to its end"
+        assert trickled_s < 10, f"a trickling head was closed only after {trickled_s:.1f} s"
+        for sock in (silent, kept):
+            sock.settimeout(10)
+            while sock.recv(65536):  # the rest of the answer, then the proxy's close (a timeout fails)
+                pass
+        for sock in (silent, trickler, kept):
+            sock.close()
+    with pytest.raises(ValueError, match="head_deadline_s"):
+        ModelProxy(port=0, head_deadline_s=0)
 
 
 def test_closing_the_proxy_ends_the_handlers_of_idle_agent_connections() -> None:
@@ -212,15 +237,25 @@ def _assert_nothing_forged(transcript: list[dict]) -> None:
 
 
 MITM = Path(__file__).with_name("red_team_external") / "mitm.py"
+FORGE = Path(__file__).with_name("red_team_external") / "forge.py"
 
 
-def _install_mitm(forged_command: str = "echo FORGED-CALL") -> str:
-    """The agent's one shell command: write the MITM, start it detached, replacing the forwarder."""
-    return (
-        f"cat > /tmp/m.py <<'HG_EOF'\n{MITM.read_text()}HG_EOF\n"
+def _install_mitm(forged_command: str = "echo FORGED-CALL") -> list[str]:
+    """The agent's shell commands: write the MITM, start it detached, to replace the forwarder (kill
+    it, take its port) and pipe to the proxy's socket where the old runner showed it. Two commands:
+    Claude Code drops the output of a here-document followed by a background job."""
+    return [
+        f"cat > /tmp/m.py <<'HG_EOF'\n{MITM.read_text()}HG_EOF\nwc -l /tmp/m.py",
         "(setsid nohup python3 /tmp/m.py 41789 /run/harness-gym-proxy/proxy.sock "
-        f"{forged_command.encode().hex()} >/tmp/m.log 2>&1 &); sleep 2; cat /tmp/m.log"
-    )
+        f"{forged_command.encode().hex()} >/tmp/m.log 2>&1 &); "
+        "for i in $(seq 300); do grep -q mitm /tmp/m.log && break; sleep 0.1; done; cat /tmp/m.log; "
+        "ls /run/harness-gym-proxy 2>&1; true",
+    ]
+
+
+def _forge(command: str) -> str:
+    """The agent's one shell command: send the proxy a forged history itself, with the rollout's secret."""
+    return f"cat > /tmp/f.py <<'HG_EOF'\n{FORGE.read_text()}HG_EOF\npython3 /tmp/f.py 41789 {command.encode().hex()}"
 
 
 CHECKS = """
@@ -267,10 +302,11 @@ def test_a_transcript_check_scores_do_nothing_zero_and_the_real_call_one(transcr
 
 @requires_bwrap
 def test_a_forged_transcript_earns_no_reward(transcript_task: Task) -> None:
-    """The agent replaces the forwarder with a MITM that makes the CLI's history claim a call the
-    policy never made: the graders' transcript comes from the proxy's replies, and the forged history
-    is flagged (the episode is a ``tampering`` error, scored 0)."""
-    name, policy = _claude_code([_install_mitm("bash ./run-audit.sh")])
+    """The agent, which cannot sit between the CLI and the proxy, sends the proxy a request itself
+    (through its sandbox's port, with the secret read from the CLI's environment) whose history
+    claims a call the policy never made: the graders' transcript comes from the proxy's replies, and
+    the forged history is flagged (the episode is a ``tampering`` error, scored 0)."""
+    name, policy = _claude_code([_forge("bash ./run-audit.sh")])
     episode = run_external_episode(name, transcript_task, policy, max_turns=4, wall_s=300)
     assert episode.record["error_kind"] == "tampering", episode.record["error"]
     assert episode.record["outcome"] == "error"
@@ -281,16 +317,20 @@ def test_a_forged_transcript_earns_no_reward(transcript_task: Task) -> None:
 
 
 @requires_bwrap
-def test_the_agent_cannot_forge_the_transcript_through_the_forwarder_port(task: Task) -> None:
-    """The agent kills the in-sandbox forwarder and sits between the CLI and the proxy: what it forges
-    never reaches the transcript, and the episode is flagged."""
-    name, policy = _claude_code([_install_mitm()])
+def test_the_agent_cannot_take_the_forwarders_port_or_reach_the_proxy_socket(task: Task) -> None:
+    """The agent looks for the forwarder to kill (none in its sandbox: it runs on the host), tries to
+    bind the CLI's port (held by the host since before the CLI started: EADDRINUSE, SO_REUSEPORT or
+    not) and the proxy's socket folder (not shown): the CLI's next request reaches the proxy unchanged."""
+    name, policy = _claude_code([*_install_mitm(), "echo after"])
     episode = run_external_episode(name, task, policy, max_turns=6, wall_s=300)
-    assert episode.record["error_kind"] == "tampering", episode.record["error"]
-    assert "FORGED-CALL" in episode.record["error"] or "toolu_forged" in episode.record["error"]
+    out = "\n".join(_tool_results(episode.transcript))
+    assert "mitm could not bind: [Errno 98] Address already in use" in out, out
+    assert "/run/harness-gym-proxy': No such file or directory" in out, out
+    assert episode.record["error"] is None and episode.record["outcome"] == "failed", episode.record["error"]
     calls = [c for m in episode.transcript if m.get("role") == "assistant" for c in m.get("calls", [])]
     made = [c for r in episode.proxy_records if r.get("policy_reply") for c in r["policy_reply"]["tool_calls"]]
-    assert len(calls) == len(made), calls
+    assert len(calls) == len(made) == 3, calls
+    assert "after" in _tool_results(episode.transcript)[-1]  # the CLI's later request went through the host
     _assert_nothing_forged(episode.transcript)
 
 
@@ -439,3 +479,27 @@ def test_the_gym_observation_marks_only_the_given_replies_as_the_policys() -> No
     ]
     observation = _observation(PolicyRequest(model="m", messages=messages, tools=[]), made)
     assert [m["source"] for m in observation["messages"]] == ["task", "hook", "policy", "hook", "policy"]
+
+
+def test_the_proxys_own_header_parser_refuses_bad_heads(proxy: ModelProxy) -> None:
+    """The request head is parsed without the ``email`` parser: a bad request line is a 400, HTTP/2
+    a 505, too many or too long header lines a 431; header names are case-insensitive."""
+    channel = proxy.open_rollout(ScriptedPolicy([], final="ok"))
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    heads = {
+        b"GARBAGE\r\n\r\n": 400,
+        b"POST /v1/chat/completions HTTP/x.y\r\n\r\n": 400,
+        b"POST /v1/chat/completions HTTP/2.0\r\n\r\n": 505,
+        b"GET /v1/models HTTP/1.1\r\n" + b"X-A: b\r\n" * 101 + b"\r\n": 431,
+        b"GET /v1/models HTTP/1.1\r\nX-A: " + b"b" * 70_000 + b"\r\n\r\n": 431,
+        (
+            f"POST /v1/chat/completions HTTP/1.1\r\nauthorization: Bearer {channel.secret}\r\n"
+            f"CONTENT-LENGTH: {len(body)}\r\nX-Folded: a\r\n b\r\n\r\n"
+        ).encode()
+        + body: 200,
+    }
+    for head, expected in heads.items():
+        with _connect(proxy) as sock:
+            sock.sendall(head)
+            assert _status(sock) == expected, head[:60]
+    assert channel.records[-1].headers["x-folded"] == "a b"

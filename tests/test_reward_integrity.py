@@ -108,7 +108,9 @@ def test_runner_configuration_is_reverted(tmp_path):
 @requires_bwrap
 def test_the_tested_code_never_sees_the_expectations_or_the_key():
     """The repair grader's child imports the workspace: in the sandbox it finds no expected value
-    and no key, and cannot read its parent's memory or environment."""
+    and no key, and cannot read its parent's memory or environment. The child is the grader forked
+    (one interpreter start per grading): forked before the expectations were read, nothing in its
+    memory (the raw JSON, the grader's frames below the tested code's) holds them either."""
     from harness_gym.sandboxes.base import create_sandbox
 
     task = next(t for t in load_tasks("builtin") if t.id == "repair-median")
@@ -124,6 +126,30 @@ def test_the_tested_code_never_sees_the_expectations_or_the_key():
                     seen.append(handle.read(1 << 16).decode(errors="replace"))
             except OSError as error:
                 seen.append(f"{name}: {type(error).__name__}")
+        import re
+        needle = re.compile(rb'"equ[a]ls": "2[.]5"')  # the hidden tests' JSON, never spelled out here
+        held = False
+        with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb", 0) as mem:
+            for line in maps:
+                span, perms = line.split()[:2]
+                low, high = (int(part, 16) for part in span.split("-"))
+                if perms.startswith("r") and "vvar" not in line:
+                    try:
+                        mem.seek(low)
+                        held = held or needle.search(mem.read(high - low)) is not None
+                    except (OSError, ValueError, OverflowError):
+                        pass
+        spelled = re.compile(r"'equ[a]ls': '2[.]5'")  # the parsed expectations, in a frame below this one
+        frame = sys._getframe()
+        while frame is not None:
+            for value in list(frame.f_locals.values()):
+                try:
+                    held = held or spelled.search(repr(value)) is not None
+                except Exception:
+                    pass
+            frame = frame.f_back
+        seen.append(f"MEMORY HOLDS THE EXPECTATIONS {held}")
+        seen.append("CMDLINE " + open("/proc/self/cmdline", "rb").read().replace(b"\\0", b" ").decode())
         print("SEEN", "\\n".join(seen))
     """
     sandbox = create_sandbox("bubblewrap")
@@ -143,6 +169,8 @@ def test_the_tested_code_never_sees_the_expectations_or_the_key():
     assert "FILE evaluate_calls.py" in seen and "FILE hidden_tests.json" not in seen and "FILE .verdict-key" not in seen
     assert '"equals": "2.5"' not in seen and "'equals': '2.5'" not in seen  # the expectation, in any form
     assert "mem: PermissionError" in seen and "environ: PermissionError" in seen
+    assert "MEMORY HOLDS THE EXPECTATIONS False" in seen
+    assert "run_hidden_tests.py" in seen.split("CMDLINE", 1)[1]  # forked, not a second interpreter
 
 
 # ---------------------------------------------------------------------------------- synthetic tasks

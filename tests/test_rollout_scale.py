@@ -385,3 +385,99 @@ def test_a_dead_owners_uid_outside_this_pool_stays_for_a_process_that_can_reclai
         assert not log.exists()
     finally:
         log.unlink(missing_ok=True)
+
+
+@pytest.mark.slow
+def test_no_sandbox_is_lost_to_the_reclaim_of_a_dead_owner_whose_uids_it_leased_again():
+    """An owner killed -9; this process leases its uids again, then a recovery pass reclaims the dead
+    owner's log. Its cgroups were named by uid alone: removing them by path (``cgroup.kill``) killed
+    the live tenants' sandboxes (4 of 4). Thread exits and pool shutdowns are counted too."""
+    import shutil
+
+    from benchmarks import rollout_scale
+    from harness_gym.sandboxes import isolation
+
+    with pytest.MonkeyPatch.context() as patch:  # a state folder of its own: no other process reclaims first
+        patch.setenv(isolation.STATE_DIR_VARIABLE, str(isolation.state_dir()))
+        patch.setenv(isolation.UID_BASE_VARIABLE, str(isolation.uid_pool().start))
+        state = rollout_scale.private_host_state()
+        try:
+            run = rollout_scale.losses(4, seed=0)
+        finally:
+            shutil.rmtree(state, ignore_errors=True)
+    assert run["dead_owner_logs_reclaimed"] > 0  # the pass met the dead owner's log
+    assert run["uids_leased_again_from_the_dead_owner"] > 0  # else the reclaim was not put to the test
+    assert {key: value for key, value in run.items() if key.startswith("lost_") and value} == {}
+
+
+def test_every_host_folder_is_registered_before_it_exists(monkeypatch, tmp_path):
+    """A kill -9 between ``mkdtemp`` and the registry's record left an unrecorded folder (the
+    30-minute soak: 3 grading payloads and a mounted workspace in 29 kills). Each folder a run makes
+    (control, grader, payload, plain and copy-on-write workspaces) is recorded before it exists."""
+    import os
+
+    from harness_gym.sandboxes import isolation, layers
+
+    registered, unrecorded = isolation.registry(), []
+    real_mkdir = os.mkdir
+
+    def spy(path, *args, **kwargs):
+        if Path(path).name.startswith("harness-gym-") and str(path) not in registered._items["dir"]:
+            unrecorded.append(str(path))
+        return real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", spy)
+    made = [isolation.private_folder("harness-gym-ctl-", tmp_path)]
+    with isolation.registered_folder("harness-gym-payload-", tmp_path) as payload:
+        assert payload.is_dir()
+    made.append(isolation.new_workspace(None, tmp_path)[0])
+    if layers.available():
+        workspace = layers.prepare(1, tmp_path)
+        layers.release(workspace)
+        assert str(workspace.parent) not in registered._items["dir"]  # released: its record went too
+    for path in made:
+        isolation.release_workspace(path)
+    assert unrecorded == []
+    assert [p for p in registered._items["dir"] if p.startswith(str(tmp_path))] == []
+
+
+_DIE_HOLDING_A_SANDBOX = """
+import os, sys
+from harness_gym import HarnessEnv
+from harness_gym.tasks.base import Task
+root = sys.argv[1]
+task = Task(id="alpha", instruction="x", workspace_dir=root + "/files", grader_files=(root + "/grader",))
+env = HarnessEnv("S0T0O0C0W0", tasks=[task], max_steps=5)
+env.reset(seed=0)
+print(env.sandbox.workspace, flush=True)
+os.kill(os.getpid(), 9)
+"""
+
+
+def test_the_first_start_after_a_dead_owner_with_a_layered_workspace_does_not_hang(tmp_path):
+    """The first ``registry()`` of a process runs the recovery pass under its lock; releasing a dead
+    owner's copy-on-write workspace (through its uid lease) forgets the episode folder through
+    ``registry()``: with a plain lock every later owner of the soak hung there for good."""
+    import os
+    import subprocess
+    import sys
+
+    _task(tmp_path)
+    repo = Path(__file__).resolve().parent.parent
+    environment = {**os.environ, "PYTHONPATH": str(repo), "HARNESS_GYM_STATE_DIR": str(tmp_path / "state")}
+    environment["HARNESS_GYM_UID_BASE"] = "3200000"  # a uid range of its own: no other process reclaims first
+    dead = subprocess.run(
+        [sys.executable, "-c", _DIE_HOLDING_A_SANDBOX, str(tmp_path)],
+        env=environment, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    workspace = Path(dead.stdout.strip())
+    assert dead.returncode == -9 and workspace.exists()
+    start = "from harness_gym.sandboxes import isolation; isolation.registry(); print('started')"
+    try:
+        started = subprocess.run(
+            [sys.executable, "-c", start], env=environment, capture_output=True, text=True, timeout=60
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("the first start after the dead owner hung in its recovery pass")
+    assert started.stdout.strip() == "started"
+    assert not workspace.parent.exists()  # reclaimed, tmpfs and overlay included

@@ -8,6 +8,7 @@ Loaded models are shared between agents (and threads) of one process.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.util
 import json
@@ -24,6 +25,12 @@ from harness_gym.tool_formats import format_for_model, get_format
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _MODELS: dict[tuple[str, str | None], tuple[Any, Any, threading.Lock]] = {}
 _LOADING = threading.Lock()
+# Set at interpreter exit: a generation running in any thread (a model server's daemon thread behind
+# a CLI that was just killed) stops at its next token. Without it, the interpreter tears torch's C++
+# runtime down under a generating thread and the process aborts after its work is done ("terminate
+# called without an active exception", exit status 134: a test run that passed, reported failed).
+_EXITING = threading.Event()
+EXIT_WAIT_S = 60.0  # the longest the exit waits for a generation to reach its next token
 _RENDERS_TOOLS: dict[int, bool] = {}  # per loaded tokenizer: checked once per process
 
 
@@ -58,8 +65,32 @@ def load_model(model: str | None = None, gguf_file: str | None = None) -> tuple[
             tokenizer = AutoTokenizer.from_pretrained(model, **options)
             network = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32, **options)
             network.eval()
+            if not _MODELS:
+                atexit.register(_stop_generation)
             _MODELS[key] = (tokenizer, network, threading.Lock())
     return _MODELS[key]
+
+
+def stops_at_exit() -> Any:
+    """``stopping_criteria`` for ``model.generate``: end the generation at its next token once the
+    interpreter exits (see ``_EXITING``). Every generate call of a shared model passes it."""
+    import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class AtExit(StoppingCriteria):
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            return torch.full((input_ids.shape[0],), _EXITING.is_set(), dtype=torch.bool, device=input_ids.device)
+
+    return StoppingCriteriaList([AtExit()])
+
+
+def _stop_generation() -> None:
+    """At exit, while daemon threads still run: stop every generation and wait (bounded) until each
+    model's lock is free, i.e. no thread is inside torch any more."""
+    _EXITING.set()
+    for _tokenizer, _model, lock in list(_MODELS.values()):
+        if lock.acquire(timeout=EXIT_WAIT_S):
+            lock.release()
 
 
 def renders_tools(tokenizer: Any) -> bool:
@@ -176,7 +207,9 @@ class HFAgent:
         else:
             options["do_sample"] = False
         with self.lock, torch.no_grad():
-            output = self.model.generate(ids, attention_mask=torch.ones_like(ids), **options)
+            output = self.model.generate(
+                ids, attention_mask=torch.ones_like(ids), stopping_criteria=stops_at_exit(), **options
+            )
         new = output[0][ids.shape[1] :]
         self.usage["prompt_tokens"] += int(ids.shape[1])
         self.prompt_lengths.append(int(ids.shape[1]))

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from harness_gym.agents.base import ContextOverflow
-from harness_gym.llm_client import ChatClient, LLMError
+from harness_gym.llm_client import ChatClient, LLMError, says_context_overflow
 from harness_gym.prompting import (
     PROBE_MESSAGES,
     PROBE_TOOL,
@@ -19,13 +18,6 @@ from harness_gym.prompting import (
     text_messages,
 )
 from harness_gym.tool_formats import format_for_model
-
-# how servers word "the prompt does not fit" (vLLM, OpenAI, llama.cpp, harness-gym serve)
-_OVERFLOW = re.compile(
-    r"maximum context length|maximum model length|context length|context window|prompt is too long|"
-    r"longer than the maximum|exceeds the context",
-    re.IGNORECASE,
-)
 
 
 class OpenAIChatAgent:
@@ -101,7 +93,7 @@ class OpenAIChatAgent:
                     text_messages(observation["messages"], observation["tools"], self.tool_mode), **self.options
                 )
         except LLMError as exc:
-            if re.search(r"answered 4\d\d: ", str(exc)) and _OVERFLOW.search(str(exc)):
+            if says_context_overflow(str(exc)):
                 raise ContextOverflow(str(exc)) from exc
             raise
         usage = reply.get("usage") or {}

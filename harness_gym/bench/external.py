@@ -117,6 +117,17 @@ def _agent_name(agent_factory: Callable[[], Any]) -> tuple[str | None, Mapping[s
     return None, {}
 
 
+def agent_label(agent_factory: Callable[[], Any]) -> str | None:
+    """The agent's name as the engine's agents give it (``openai:MODEL``, ``hf:MODEL``), so a real CLI's
+    records and its imitation's name the same agent."""
+    name, options = _agent_name(agent_factory)
+    if name == "openai" and options.get("model"):
+        return f"openai:{options['model']}"
+    if name == "hf":
+        return f"hf:{options.get('model') or 'SmolLM2-135M-Instruct'}"
+    return name
+
+
 def run_external_plan(
     plan: EpisodePlan,
     agent_factory: Callable[[], Any],
@@ -142,7 +153,16 @@ def run_external_plan(
         policy = bench_policy(agent_factory, plan.role, cli, task)
         max_turns = int(env_options.get("max_steps") or 30)
         episode = run_external_episode(
-            cli, task, policy, max_turns=max_turns, episode_id=plan.key, run=plan.run, seed=plan.seed
+            cli,
+            task,
+            policy,
+            max_turns=max_turns,
+            episode_id=plan.key,
+            run=plan.run,
+            seed=plan.seed,
+            world=env_options.get("world"),  # --world, as for the 243 configurations
+            sandbox=env_options.get("sandbox"),  # --sandbox docker
+            sandbox_options=env_options.get("sandbox_options"),
         )
     except Exception as exc:  # an unknown task, an agent that cannot drive a CLI, a missing install
         failed = {
@@ -155,5 +175,5 @@ def run_external_plan(
             "durations": {"episode_s": time.perf_counter() - started},
         }
         return failed, None
-    agent = plan.role if plan.role != "model" else (_agent_name(agent_factory)[0] or episode.record["agent"])
+    agent = plan.role if plan.role != "model" else (agent_label(agent_factory) or episode.record["agent"])
     return {**episode.record, **base, "agent": agent}, episode

@@ -25,6 +25,12 @@ from harness_gym.spec import non_finite_numbers, spec_hash
 
 PREFIX = "external:"
 PLACEHOLDERS = ("task", "model", "max_turns", "origin", "api_key", "home", "workspace", "install", "entry")
+# how an install tree is laid out, per package manager: a new layout is a new key (a new tree beside
+# the old one), so a tree is never run as if it had a layout it lacks. pip 2: the interpreter and its
+# standard library are copied into the tree (before, the virtual environment used the host's
+# /usr/bin/pythonX.Y, which a world does not have). npm trees keep the first layout (no entry):
+# a CLI that runs on Node pins it in its file (package.node), which changes its key already.
+INSTALL_LAYOUT = {"pip": 2}
 _PLACEHOLDER = re.compile(r"\{(" + "|".join(PLACEHOLDERS) + r")\}")
 # the canonical tool name graders read, by role (a role without one keeps the CLI's own name)
 CANONICAL_BY_ROLE = {
@@ -80,9 +86,11 @@ class ExternalCli:
     @property
     def install_key(self) -> str:
         """The install folder's name: package slug, version, and a hash of everything installed
-        (package, extras, runtime), so two ids sharing a package share one tree."""
+        (package, extras, runtime, :data:`INSTALL_LAYOUT`), so two ids sharing a package share one tree."""
         slug = re.sub(r"[^a-z0-9.-]+", "-", str(self.package["name"]).split("/")[-1].lower()).strip("-")
-        return f"{slug}-{self.version}-{spec_hash(self.package)[:12]}"
+        layout = INSTALL_LAYOUT.get(str(self.package["manager"]))
+        hashed = {**self.package, "layout": layout} if layout else self.package
+        return f"{slug}-{self.version}-{spec_hash(hashed)[:12]}"
 
     @property
     def heavy(self) -> bool:
@@ -154,6 +162,11 @@ def validate_cli(data: Any, source: str = "<cli>") -> ExternalCli:
         shell, _ = data["shell_tool"]["name"], None
         if data["tool_roles"].get(shell) != "shell":
             lines.append(f"  shell_tool {shell!r} must have role 'shell' in tool_roles")
+        for index, pattern in enumerate(data.get("rejected_call_results") or []):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                lines.append(f"  at $.rejected_call_results[{index}]: {pattern!r} is not a regular expression: {exc}")
     if lines:
         raise ExternalCliError(f"invalid external CLI {source}:\n" + "\n".join(lines))
     return ExternalCli(data=dict(data), digest=spec_hash(data))

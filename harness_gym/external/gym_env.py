@@ -6,7 +6,8 @@ each observation is the agent request it just sent (``{"messages", "tools"}`` in
 chat form), each action is the policy's reply (text, or an assistant message with ``tool_calls``),
 and the episode ends when the CLI exits: the reward is the task's grade (0 for an error). Only the
 policy's replies are actions, so a trainer's masks are exact. Side requests (titles, summaries) are
-answered with a short text and never become observations.
+answered with a short text and never become observations. ``world=`` and ``sandbox=`` choose where
+the CLI runs, as for :func:`~harness_gym.external.runner.run_external_episode` (checked at make time).
 """
 
 from __future__ import annotations
@@ -23,7 +24,13 @@ from harness_gym.external.catalog import load_cli
 from harness_gym.external.install import require_install
 from harness_gym.external.policies import PolicyReply, PolicyRequest, text_of
 from harness_gym.external.proxy.recording import forged_calls
-from harness_gym.external.runner import DEFAULT_MAX_TURNS, DEFAULT_WALL_S, ExternalEpisode, run_external_episode
+from harness_gym.external.runner import (
+    DEFAULT_MAX_TURNS,
+    DEFAULT_WALL_S,
+    ExternalEpisode,
+    place_cli,
+    run_external_episode,
+)
 from harness_gym.spaces import AssistantActionSpace, chat_observation_space
 from harness_gym.tasks import load_tasks
 
@@ -68,10 +75,15 @@ class ExternalCliEnv(gym.Env[dict[str, Any], Any]):
         wall_s: float = DEFAULT_WALL_S,
         action_timeout_s: float = 600.0,
         sandbox_options: Mapping[str, Any] | None = None,
+        world: str | None = None,
+        sandbox: str | None = None,
     ) -> None:
         self.cli = load_cli(cli)
-        require_install(self.cli)  # a missing install fails at make time, naming the install command
+        install = require_install(self.cli)  # a missing install fails at make time, naming the install command
         self.tasks = load_tasks(tasks)
+        self.world, self.sandbox = world, sandbox
+        for task in self.tasks:  # an unknown or unbuilt world, or one the tree cannot run on: now, by name
+            place_cli(self.cli, install, task, world, sandbox, sandbox_options)
         self.max_turns, self.wall_s = max_turns, wall_s
         self.action_timeout_s = action_timeout_s
         self.sandbox_options = dict(sandbox_options or {})
@@ -108,6 +120,8 @@ class ExternalCliEnv(gym.Env[dict[str, Any], Any]):
                         wall_s=self.wall_s,
                         sandbox_options=self.sandbox_options,
                         seed=seed or 0,
+                        world=self.world,
+                        sandbox=self.sandbox,
                     )
                 )
             except BaseException as exc:  # a broken install or proxy: reported at the next wait

@@ -24,9 +24,7 @@ from typing import Any
 
 from harness_gym.errors import SandboxError
 from harness_gym.external.catalog import ExternalCli, load_cli, shipped_clis
-from harness_gym.paths import cache_dir
-from harness_gym.worlds import _make_writable, _size_mb
-from harness_gym.worlds import _remove as _remove_path
+from harness_gym.paths import cache_dir, make_writable, remove_path, size_mb
 
 MANIFEST = "install.json"
 SYSTEM_EXTERNAL_DIR = Path("/var/cache/harness-gym/external")
@@ -123,7 +121,7 @@ def install(reference: str | ExternalCli, *, force: bool = False, progress: Prog
         manifest = {
             "key": cli.install_key,
             "package": dict(cli.package),
-            "size_mb": _size_mb(folder),
+            "size_mb": size_mb(folder),
             "install_s": round(time.monotonic() - started, 1),
             "installed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
@@ -165,13 +163,26 @@ def _install_pip(cli: ExternalCli, folder: Path, progress: Progress) -> None:
 
 
 def _python(cli: ExternalCli, folder: Path, progress: Progress) -> str:
-    """The interpreter the virtual environment is made from: the system's ``/usr/bin/pythonX.Y``
-    (visible in every sandbox) when it has that version, else a copy of a pyenv or uv build of
-    it inside the tree (a venv's interpreter must be visible in the sandbox)."""
+    """The tree's own interpreter, which the virtual environment is made from: a copy of the
+    system's ``/usr/bin/pythonX.Y`` with its standard library when it has that version, else a copy
+    of a pyenv or uv build of it. Always inside the tree: a world has no host interpreter, and a
+    venv's interpreter must be visible in every sandbox the tree is shown to."""
     version = str(cli.package.get("python", f"{sys.version_info.major}.{sys.version_info.minor}"))
+    target = folder / "python"
     system = Path(f"/usr/bin/python{version}")
-    if system.is_file():
-        return str(system)
+    stdlib = Path(f"/usr/lib/python{version}")
+    if system.is_file() and (stdlib / "os.py").is_file():
+        progress(f"copying Python {version} from {system} and {stdlib} into the tree")
+        (target / "bin").mkdir(parents=True)
+        shutil.copy2(system, target / "bin" / f"python{version}")
+        # links resolved (Debian links sitecustomize into /etc); dist-packages stay the host's own
+        shutil.copytree(
+            stdlib,
+            target / "lib" / f"python{version}",
+            ignore_dangling_symlinks=True,
+            ignore=shutil.ignore_patterns("dist-packages", "site-packages"),
+        )
+        return str(target / "bin" / f"python{version}")
     candidates = sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{version}.*")))
     candidates += sorted(glob.glob(os.path.expanduser(f"~/.local/share/uv/python/cpython-{version}.*")))
     if not candidates:
@@ -180,8 +191,8 @@ def _python(cli: ExternalCli, folder: Path, progress: Progress) -> str:
             f"(e.g. `uv python install {version}`), then {install_command(cli)}"
         )
     progress(f"copying Python {version} from {candidates[-1]} into the tree")
-    shutil.copytree(candidates[-1], folder / "python", symlinks=True)
-    return str(folder / "python" / "bin" / f"python{version}")
+    shutil.copytree(candidates[-1], target, symlinks=True)
+    return str(target / "bin" / f"python{version}")
 
 
 def _stream(argv: Sequence[str], progress: Progress, *, what: str, env: dict[str, str] | None = None) -> None:
@@ -209,5 +220,5 @@ def _make_read_only(folder: Path) -> None:
 def _remove(folder: Path) -> None:
     """Delete a tree (read-only folders made writable first)."""
     if folder.exists():
-        _make_writable(folder)
-        _remove_path(folder)
+        make_writable(folder)
+        remove_path(folder)

@@ -47,6 +47,10 @@ class PolicyReply:
     completion_tokens: int = 0
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
+    # cut at the policy's own cap on max_tokens, below what the CLI asked: the CLI is told the model
+    # stopped (a "max_tokens" stop would be false: its limit was not reached, and Claude Code retries
+    # such a reply as truncated, then fails the run); ``finish_reason`` keeps the truth
+    capped: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -252,7 +256,15 @@ class OpenAICompatiblePolicy:
 
     def complete(self, request: PolicyRequest) -> PolicyReply:
         raw = self.client.chat(chat_messages_for_server(request.messages), **self.body(request))
-        return reply_from_chat(raw)
+        reply = reply_from_chat(raw)
+        asked = request.max_tokens
+        if (
+            reply.finish_reason == "length"
+            and self.max_tokens is not None
+            and (asked is None or self.max_tokens < asked)
+        ):
+            reply.capped = True
+        return reply
 
 
 def reply_from_chat(raw: Mapping[str, Any]) -> PolicyReply:

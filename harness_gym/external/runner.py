@@ -1,9 +1,15 @@
-"""One episode of a real agent CLI: the CLI runs unmodified in the task's bubblewrap sandbox, its
-model is a policy behind the recording proxy, and the task's hidden grader scores the workspace.
+"""One episode of a real agent CLI: the CLI runs unmodified in the task's sandbox (bubblewrap or
+Docker) on the task's world, its model is a policy behind the recording proxy, and the task's
+hidden grader scores the workspace.
 
-The sandbox keeps no network: the proxy listens on a unix socket in a host folder shown read-only
-inside, and :mod:`.forwarder` (started in the sandbox) gives the CLI a TCP endpoint on its own
-loopback. The CLI's own permission system is off (ours is the boundary); HOME is the sandbox's
+The world is chosen as :class:`~harness_gym.env.HarnessEnv` chooses it (the caller's ``world``,
+else the task suite's, else the host's folders); the CLI's install tree carries its own runtime
+(Node, or a copied Python with its standard library) and is checked against the world's libraries
+before any sandbox starts (:mod:`.runtime`).
+
+The sandbox keeps no network: :mod:`.forwarder` opens the CLI's ``127.0.0.1:PORT`` inside the
+sandbox's network namespace, served by the proxy in this process (nothing of it runs in the
+sandbox, and the proxy's socket is not shown there). The CLI's own permission system is off (ours is the boundary); HOME is the sandbox's
 fresh private one, filled with the CLI's config files; its install tree is shown read-only at the
 same absolute path. Budgets on agent turns, completion tokens and wall time are enforced from the
 host: a CLI past one is killed with its sandbox's processes, and the episode is an error, never
@@ -13,34 +19,35 @@ a pass (as is a crash, a CLI that never called the model, or a missing completio
 from __future__ import annotations
 
 import json
-import os
 import shlex
-import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from harness_gym.external import forwarder
 from harness_gym.external.catalog import ExternalCli, load_cli
 from harness_gym.external.install import require_install
 from harness_gym.external.proxy import ModelProxy
-from harness_gym.external.proxy.recording import match_calls
-from harness_gym.sandboxes.base import SANDBOX_HOME, create_sandbox
+from harness_gym.external.proxy.recording import call_results
+from harness_gym.external.runtime import check_tree
+from harness_gym.external.validity import count_valid_calls
+from harness_gym.llm_client import says_context_overflow
+from harness_gym.sandboxes.base import SANDBOX_HOME, choose_backend, create_sandbox
 from harness_gym.sandboxes.options import SandboxOptions
 from harness_gym.tasks.base import Task
+from harness_gym.worlds import World, docker_image, task_world
 
-SOCKET_DIR = "/run/harness-gym-proxy"  # where the proxy's socket folder is shown in the sandbox
-SOCKET_NAME = "proxy.sock"
-WORK_DIR = "/tmp/.harness-gym-external"  # the runner's own files inside the sandbox (forwarder, output)
-PORT = 41789
+WORK_DIR = "/tmp/.harness-gym-external"  # the runner's own files inside the sandbox (the CLI's output)
+PORT = 41789  # the CLI's model endpoint, 127.0.0.1:PORT inside the sandbox
 FORWARDER_CONNECTIONS = 16  # connections one sandbox may hold open to the shared proxy at once
 DEFAULT_MAX_TURNS = 30
 SIDE_REQUESTS = 5  # requests a rollout may make beyond its agent turns (titles, token counts)
 DEFAULT_WALL_S = 900.0
 OUTPUT_TAIL_CHARS = 20_000
+BACKENDS = ("bubblewrap", "docker")  # the sandboxes a CLI runs in (both give it no network)
 _EXIT_MARK = "__HG_EXTERNAL_EXIT="
 
 
@@ -66,14 +73,20 @@ def run_external_episode(
     episode_id: str | None = None,
     run: int = 0,
     seed: int = 0,
+    world: str | Path | World | None = None,
+    sandbox: str | None = None,
 ) -> ExternalEpisode:
     """Run ``cli`` (an id such as ``external:claude-code``) on ``task`` with ``policy`` answering its
-    model requests, and grade the workspace. A missing install or an unknown id raises before any
-    sandbox starts; everything after that becomes a record (an error is a failed episode)."""
+    model requests, and grade the workspace. ``world`` (a world name or YAML file; default: the
+    task suite's, else the host's folders) and ``sandbox`` (``bubblewrap``, the default, or
+    ``docker``) say where the CLI runs. A missing install, an unknown id, a world that is not built
+    or lacks a library the tree needs raise before any sandbox starts; everything after that
+    becomes a record (an error is a failed episode)."""
     spec = load_cli(cli)
     install = require_install(spec)
     if max_turns < 1 or wall_s <= 0:
         raise ValueError(f"max_turns must be >= 1 and wall_s > 0, got {max_turns} and {wall_s}")
+    placement = place_cli(spec, install, task, world, sandbox, sandbox_options)
     started = time.time()
     base = {
         "episode_id": episode_id or f"{spec.id}|{task.id}|{run}",
@@ -86,46 +99,43 @@ def run_external_episode(
         "role": "model",
         "agent": getattr(policy, "name", type(policy).__name__),
         "spec_hash": spec.digest,
+        "world": placement.world.name,
+        "sandbox": placement.backend,
     }
-    with _proxy_for(proxy) as (model_proxy, socket_folder):
+    with _proxy_for(proxy) as model_proxy:
         # the proxy refuses requests past the turns and a few side requests at once; the watch then kills
-        channel = model_proxy.open_rollout(policy, max_requests=max_turns + SIDE_REQUESTS, max_tokens=max_tokens)
+        channel = model_proxy.open_rollout(
+            policy,
+            max_requests=max_turns + SIDE_REQUESTS,
+            max_tokens=max_tokens,
+            renamed_calls=tuple(spec.data.get("refused_calls_renamed_to") or ()),
+        )
         try:
-            return _episode(
-                spec, install, task, channel, socket_folder, base, started, max_turns, wall_s, sandbox_options
-            )
+            return _episode(spec, install, task, channel, model_proxy, base, started, max_turns, wall_s, placement)
         finally:
             channel.close()
 
 
 class _proxy_for:
-    """The caller's proxy (its socket's folder is shown to the sandbox), else a private one for this episode."""
+    """The caller's proxy (it serves the sandbox's port too), else a private one for this episode,
+    listening nowhere but on the sandbox's port."""
 
     def __init__(self, proxy: Any | None) -> None:
         self.given = proxy
-        self.owned: Any | None = None
-        self.folder: tempfile.TemporaryDirectory[str] | None = None
+        self.owned: ModelProxy | None = None
 
-    def __enter__(self) -> tuple[Any, Path]:
+    def __enter__(self) -> Any:
         if self.given is not None:
-            path = getattr(self.given, "socket_path", None)
-            if path is None:
-                raise ValueError(
-                    "the proxy must listen on a unix socket (ModelProxy(socket_path)): the sandbox has no network"
-                )
-            return self.given, Path(path).parent
-        self.folder = tempfile.TemporaryDirectory(prefix="hg-proxy-")
-        folder = Path(self.folder.name)
-        folder.chmod(0o711)  # the sandbox runs as another uid: it may pass through, not list
-        self.owned = ModelProxy(folder / SOCKET_NAME)
+            if not callable(getattr(self.given, "serve_sandbox", None)):
+                raise ValueError("the proxy must be a ModelProxy (it serves the sandbox's port in this process)")
+            return self.given
+        self.owned = ModelProxy()
         self.owned.start()
-        return self.owned, folder
+        return self.owned
 
     def __exit__(self, *exc: object) -> None:
         if self.owned is not None:
             self.owned.close()
-        if self.folder is not None:
-            self.folder.cleanup()
 
 
 def _episode(
@@ -133,15 +143,15 @@ def _episode(
     install: Path,
     task: Task,
     channel: Any,
-    socket_folder: Path,
+    model_proxy: Any,
     base: dict[str, Any],
     started: float,
     max_turns: int,
     wall_s: float,
-    sandbox_options: Mapping[str, Any] | None,
+    placement: Placement,
 ) -> ExternalEpisode:
-    options = cli_sandbox_options(spec, sandbox_options, install, socket_folder)
-    sandbox = create_sandbox("bubblewrap", None, **options.explicit())
+    options = cli_sandbox_options(spec, placement.options, install, placement.backend)
+    sandbox = create_sandbox(placement.backend, placement.image, **options.explicit())
     watch = _Watch(channel, sandbox, max_turns)
     error: tuple[str, str] | None = None
     exit_code: int | None = None
@@ -154,12 +164,16 @@ def _episode(
         task.materialize(workspace)
         sandbox.start(workspace, task.mount_path, task.hidden_paths)
         rendered = spec.render(_values(spec, install, task, channel.secret, max_turns))
-        _write(sandbox, f"{WORK_DIR}/forwarder.py", _forwarder_source())
         for relative, content in rendered["files"].items():
             _write(sandbox, f"{SANDBOX_HOME}/{relative}", content)
         launched = time.time()
         watch.start()
-        result = sandbox.run(_command(spec, install, task, rendered), timeout_s=wall_s)
+        # the CLI's port is open (and held by this process) before the CLI starts
+        port = model_proxy.serve_sandbox(forwarder.listen_in_sandbox(sandbox, PORT), FORWARDER_CONNECTIONS)
+        try:
+            result = sandbox.run(_command(spec, install, task, rendered), timeout_s=wall_s)
+        finally:
+            port.close()
         cli_s = time.time() - launched
         watch.stop()
         exit_code = _exit_code(result.output)
@@ -169,8 +183,6 @@ def _episode(
                 "budget",
                 f"{spec.id} ran past its wall-time budget of {wall_s:g} s; it was killed with its sandbox",
             )
-        elif error is None and "HG-FORWARDER-FAILED" in result.output:
-            error = ("env", "the in-sandbox forwarder to the model proxy did not start")
         elif error is None:
             output = _tail(sandbox, f"{WORK_DIR}/stdout")
             completed = _completed(spec, sandbox, output)
@@ -217,18 +229,79 @@ def _episode(
     return ExternalEpisode(record, transcript, [r.to_json() for r in channel.records])
 
 
+@dataclass(frozen=True)
+class Placement:
+    """Where an episode's CLI runs: the sandbox backend, the world, the Docker image (the world's
+    own, or the task's or caller's), and the caller's sandbox options with the world's root."""
+
+    backend: str
+    world: World
+    image: str | None
+    options: SandboxOptions
+
+
+def place_cli(
+    spec: ExternalCli,
+    install: Path,
+    task: Task,
+    world: str | Path | World | None,
+    sandbox: str | None,
+    sandbox_options: Mapping[str, Any] | None,
+) -> Placement:
+    """The backend and world of one episode, chosen as the environments choose them, and the
+    install tree checked against the world (its interpreter, libraries and glibc versions): a
+    problem is a clear error here, before any sandbox starts. Under Docker with a task's or the
+    caller's own image, the image's files cannot be inspected beforehand and are not checked."""
+    backend = choose_backend(sandbox, task.image)  # a task with its own image: Docker
+    if backend not in BACKENDS:
+        raise ValueError(f"external CLIs run in the {' or '.join(BACKENDS)} sandbox, not {backend!r}")
+    options = SandboxOptions.from_mapping(sandbox_options)
+    chosen = task_world(task, backend, world)
+    root = chosen.root()
+    image = (task.image or options.image) if backend == "docker" else None
+    if backend == "docker" and image is None and root is None:
+        raise ValueError(
+            f"{spec.id} under Docker needs a world (world='clawgym', see `harness-gym worlds list`) or an "
+            "image (sandbox_options={'image': ...}): the host's folders are not an image"
+        )
+    if backend == "bubblewrap" or image is None:
+        check_tree(
+            spec.id, install / spec.data["entry"], install, root, chosen.name, tree_bins(install), _libs(install)
+        )
+    if backend == "docker" and image is None:
+        image = docker_image(chosen, options.docker_host)  # the same files as under bubblewrap
+    if backend == "bubblewrap" and root is not None:
+        options = SandboxOptions.from_mapping({**options.explicit(), "system_root": str(root)})
+    return Placement(str(backend), chosen, image, options)
+
+
 def cli_sandbox_options(
-    spec: ExternalCli, sandbox_options: Mapping[str, Any] | None, install: Path, socket_folder: Path
+    spec: ExternalCli,
+    sandbox_options: Mapping[str, Any] | SandboxOptions | None,
+    install: Path,
+    backend: str = "bubblewrap",
 ) -> SandboxOptions:
-    """The CLI's sandbox: its memory cap (cgroup) and its address-space limit (Node CLIs reserve
-    tens of GiB they never touch) from its file, under the caller's options; the install tree and
-    the proxy's socket folder shown read-only."""
+    """The CLI's sandbox: its memory cap (cgroup) and, under bubblewrap, its address-space limit
+    (Node CLIs reserve tens of GiB they never touch) from its file, under the caller's options; the
+    install tree (at its own path) shown read-only (the proxy is reached through the sandbox's own
+    port: no folder of it is shown)."""
     defaults = {"memory_mb": int(spec.data.get("memory_mb", 4096))}
-    if "address_space_mb" in spec.data:
+    if "address_space_mb" in spec.data and backend == "bubblewrap":  # Docker has no RLIMIT_AS option
         defaults["address_space_mb"] = int(spec.data["address_space_mb"])
     options = SandboxOptions.from_mapping(sandbox_options, **defaults)
-    binds = {**(options.extra_ro_binds or {}), str(install): str(install), str(socket_folder): SOCKET_DIR}
-    return SandboxOptions.from_mapping({**options.explicit(), "extra_ro_binds": binds})
+    binds = {**(options.extra_ro_binds or {}), str(install): str(install)}
+    return SandboxOptions.from_mapping({**options.explicit(), "extra_ro_binds": binds, "image": None})
+
+
+def tree_bins(install: Path) -> list[str]:
+    """The tree's own program folders, first on the CLI's PATH: its Node, its packages' links, its venv."""
+    bins = [install / "node/node_modules/.bin", install / "node_modules/.bin", install / "venv/bin"]
+    return [str(b) for b in bins if b.is_dir()]
+
+
+def _libs(install: Path) -> list[str]:
+    """The tree's own library folder (a copied interpreter's libpython), on LD_LIBRARY_PATH."""
+    return [str(install / "python/lib")] if (install / "python/lib").is_dir() else []
 
 
 def _stopped(spec: ExternalCli, channel: Any, watch: _Watch) -> tuple[str, str] | None:
@@ -237,6 +310,8 @@ def _stopped(spec: ExternalCli, channel: Any, watch: _Watch) -> tuple[str, str] 
         return ("tampering", f"{channel.tampered}; the episode is an error")
     failed = channel.failed
     exceeded = watch.reason or channel.exceeded  # the CLI may exit on a 429 before the watch looks
+    if failed is not None and says_context_overflow(failed):  # an outcome, as for every harness
+        return ("context_overflow", f"the prompt outgrew the model's context; {spec.id} was stopped: {failed}")
     if failed is not None:  # Claude Code retries a 500 silently: its exit says nothing
         return ("policy", f"{failed}; {spec.id} was stopped and the episode is an error")
     if exceeded is not None:
@@ -288,26 +363,19 @@ def _values(spec: ExternalCli, install: Path, task: Task, secret: str, max_turns
 
 
 def _command(spec: ExternalCli, install: Path, task: Task, rendered: Mapping[str, Any]) -> str:
-    """The shell command that starts the forwarder, then the CLI with its environment, in the workspace."""
+    """The shell command that starts the CLI with its environment, in the workspace (its model port
+    is already open: the host-side forwarder)."""
     env = dict(rendered["env"])
-    bins = [str(install / "node/node_modules/.bin"), str(install / "node_modules/.bin"), str(install / "venv/bin")]
-    env["PATH"] = ":".join([*(b for b in bins if os.path.isdir(b)), "/usr/local/bin:/usr/bin:/bin"])
-    if (install / "python/lib").is_dir():  # a copied interpreter finds its libpython here
-        env["LD_LIBRARY_PATH"] = str(install / "python/lib")
+    env["PATH"] = ":".join([*tree_bins(install), "/usr/local/bin:/usr/bin:/bin"])
+    if _libs(install):  # a copied interpreter finds its libpython here
+        env["LD_LIBRARY_PATH"] = ":".join(_libs(install))
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     argv = " ".join(shlex.quote(a) for a in rendered["argv"])
     stdin = "</dev/null" if spec.data.get("stdin_null", True) else ""
-    socket = f"{SOCKET_DIR}/{SOCKET_NAME}"
     return (
         f"cd {shlex.quote(task.mount_path)} || exit 97\n"
-        f"rm -f {WORK_DIR}/ready; python3 {WORK_DIR}/forwarder.py 127.0.0.1 {PORT} {socket} {WORK_DIR}/ready "
-        f"{FORWARDER_CONNECTIONS} >{WORK_DIR}/forwarder.log 2>&1 &\n"
-        "__hg_fwd=$!\n"
-        f"for __hg_i in $(seq 200); do [ -e {WORK_DIR}/ready ] && break; sleep 0.05; done\n"
-        f"if [ ! -e {WORK_DIR}/ready ]; then echo HG-FORWARDER-FAILED; cat {WORK_DIR}/forwarder.log; "
-        "kill $__hg_fwd 2>/dev/null; else\n"
-        f"(export {exports}; exec {argv}) {stdin} >{WORK_DIR}/stdout 2>{WORK_DIR}/stderr\n"
-        f'echo "{_EXIT_MARK}$?"; kill $__hg_fwd 2>/dev/null; fi'
+        f"mkdir -p {WORK_DIR}; (export {exports}; exec {argv}) {stdin} >{WORK_DIR}/stdout 2>{WORK_DIR}/stderr\n"
+        f'echo "{_EXIT_MARK}$?"'
     )
 
 
@@ -361,10 +429,6 @@ def _tail(sandbox: Any, path: str, limit: int = OUTPUT_TAIL_CHARS) -> str:
     return result.output if result.exit_code == 0 else ""
 
 
-def _forwarder_source() -> str:
-    return resources.files("harness_gym").joinpath("external/forwarder.py").read_text(encoding="utf-8")
-
-
 def canonical_transcript(spec: ExternalCli, records: Sequence[Any]) -> list[dict[str, Any]]:
     """The conversation as graders read it, built from the proxy's own records: the first agent
     request's system and user messages, then each turn's recorded policy reply (each call with the
@@ -380,21 +444,7 @@ def canonical_transcript(spec: ExternalCli, records: Sequence[Any]) -> list[dict
         if message.get("role") not in ("system", "user"):
             break
         transcript.append({"role": message.get("role"), "content": message.get("content") or ""})
-    replies = [r.policy_reply for r in records if r.policy_reply is not None]
-    results: dict[str, Any] = {}  # reply call id -> the first result any later request carried for it
-    for record in turns[1:]:
-        messages = record.policy_request.messages
-        matched, _ = match_calls(messages, replies)
-        pending = {c["id"]: c for reply in replies for c in reply.tool_calls if c["id"] not in results}
-        for message in messages:
-            if message.get("role") != "tool":
-                continue
-            said = str(message.get("tool_call_id"))
-            call_id = matched.get(said) or (said if said in pending else None)
-            if call_id is None:  # Gemini: a result names its function, not a call id
-                call_id = next((i for i, c in pending.items() if c["name"] == said and i not in results), None)
-            if call_id is not None and call_id not in results:
-                results[call_id] = message.get("content") or ""
+    results = call_results(records)
     for record in turns:
         reply = record.policy_reply
         calls = [
@@ -448,6 +498,7 @@ def _record(
     """The results-file line, in the bench episode format (``class: external``)."""
     records = list(channel.records)
     agent = [r for r in records if not r.side]
+    validity = count_valid_calls(spec, records)
     calls = [c for m in transcript if m.get("role") == "assistant" for c in m.get("calls", [])]
     by_role: dict[str, int] = {}
     for call in calls:
@@ -455,9 +506,12 @@ def _record(
     started, launched = times
     first = min((r.started for r in records), default=None)
     reward = 0.0 if error or graded is None else float(graded.reward)
+    overflow = error[1] if error and error[0] == "context_overflow" else None
+    if overflow:  # not an error: the episode's outcome, a failure (as the bench records it for every harness)
+        error = None
     prompt = sum(r.policy_reply.prompt_tokens for r in records if r.policy_reply is not None)
     completion = sum(r.policy_reply.completion_tokens for r in records if r.policy_reply is not None)
-    outcome = "error" if error else ("passed" if reward >= 1.0 else "failed")
+    outcome = "error" if error else "context_overflow" if overflow else ("passed" if reward >= 1.0 else "failed")
     return {
         **base,
         "reward": reward,
@@ -466,13 +520,13 @@ def _record(
         "breakdown": dict(graded.breakdown) if graded is not None else {},
         "grader_error": graded.error if graded is not None else None,
         "steps": len(agent),
-        "terminated": error is None,
-        "truncated": bool(error and error[0] == "budget"),
-        "truncation_reason": error[1] if error and error[0] == "budget" else None,
-        "tool_calls": len(calls),
-        "valid_tool_calls": len(calls),
-        "parse_errors": 0,
-        "tool_errors": 0,
+        "terminated": error is None and not overflow,
+        "truncated": bool(overflow or (error and error[0] == "budget")),
+        "truncation_reason": overflow or (error[1] if error and error[0] == "budget" else None),
+        "tool_calls": validity["tool_calls"],  # counted, not assumed: see harness_gym.external.validity
+        "valid_tool_calls": validity["valid_tool_calls"],
+        "parse_errors": validity["parse_errors"],
+        "tool_errors": validity["tool_errors"],
         "no_call_steps": sum(1 for r in agent if r.policy_reply is not None and not r.policy_reply.tool_calls),
         "tool_calls_by_format": {},
         "tool_calls_by_role": by_role,
@@ -497,6 +551,7 @@ def _record(
             "completed": completed,
             "requests": len(records),
             "side_requests": sum(1 for r in records if r.side),
+            "invalid_calls": validity["invalid_calls"],
             "stdout_tail": output[-2000:],
         },
     }

@@ -199,7 +199,9 @@ class BubblewrapSandbox(ShellSandbox):
                 layers.mount(self.workspace, self._layer, self._lease.uid)
             else:
                 isolation.chown_tree(self.workspace, self._lease.uid, self._lease.uid)
-            name = f"{self._lease.uid}"
+            # named by the lease, not the uid alone: a dead owner's recovery pass removes the cgroups its
+            # registry lists by path, and a live tenant that leased the uid since must not be among them
+            name = f"{self._lease.uid}-{self._lease.generation}"
         else:
             name = f"{os.getpid()}-{next(_group_names)}"
         request = isolation.CgroupRequest(memory_mb=self.memory_mb, max_processes=self.max_processes, cpus=self.cpus)
@@ -261,6 +263,17 @@ class BubblewrapSandbox(ShellSandbox):
         """The host uid the sandbox runs as (None: the caller's own uid)."""
         return self._lease.uid if self._lease else None
 
+    def network_pid(self) -> int | None:
+        """The host pid of the sandbox's init (bubblewrap's pid 1, the one child of the ``bwrap``
+        this process started), for a host-side forwarder entering the sandbox's network namespace;
+        None before start. Not the shell: run unprivileged, the sealed shell's namespaces cannot be
+        opened (it is not dumpable), and the agent cannot signal its pid namespace's init. A new shell
+        (after a timeout) is a new sandbox, with a new namespace."""
+        proc = self._proc
+        if proc is None or proc.poll() is not None:
+            return None
+        return _namespace_init(proc.pid)
+
     def _run_grader(
         self, folder: Path, mount: str, script: str, timeout_s: float, env: Mapping[str, str] | None
     ) -> CommandResult:
@@ -314,7 +327,7 @@ class BubblewrapSandbox(ShellSandbox):
         # a restart re-creates a cgroup that vanished meanwhile (removed by another process's
         # reclaim): joining it must not fail, and its limits must not silently go
         if self._lease is not None and any(not group.is_dir() for group in self._cgroups):
-            name = f"{self._lease.uid}"
+            name = f"{self._lease.uid}-{self._lease.generation}"  # as _prepare_start names them
             limits = {
                 "memory": {"memory.limit_in_bytes": str(self.memory_mb << 20)},
                 "pids": {"pids.max": str(self.max_processes)},
@@ -450,6 +463,23 @@ class BubblewrapSandbox(ShellSandbox):
             control=self._control,
             workspace=self.workspace,
         )
+
+
+def _namespace_init(pid: int) -> int | None:
+    """The child of ``pid`` that is pid 1 of a pid namespace of its own (bwrap's sandbox init)."""
+    children: list[str] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir(f"/proc/{pid}/task"):
+            children += Path(f"/proc/{pid}/task/{task}/children").read_text().split()
+    for child in children:
+        try:
+            status = Path(f"/proc/{child}/status").read_text()
+        except OSError:
+            continue
+        spaces = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
+        if len(spaces) > 1 and spaces[-1] == "1":
+            return int(child)
+    return None
 
 
 def _controller(group: Path) -> str:

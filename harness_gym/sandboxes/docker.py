@@ -86,6 +86,8 @@ class DockerSandbox(ShellSandbox):
         cpus: optional CPU quota (e.g. 1.0).
         shell: the shell to run (``/bin/sh`` works with busybox; ``/bin/bash`` where available).
         docker_host: the engine's address (default: ``DOCKER_HOST`` or the default socket).
+        extra_ro_binds: host folders shown read-only to the agent's container (host path -> container
+            path), e.g. an external CLI's install tree; the grader's container does not get them.
     """
 
     def __init__(
@@ -101,6 +103,7 @@ class DockerSandbox(ShellSandbox):
         python: str = "python3",
         docker_host: str | None = None,
         workspace_root: str | Path | None = None,
+        extra_ro_binds: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(command_timeout_s=command_timeout_s, output_limit_chars=output_limit_chars)
         if not image:
@@ -117,6 +120,7 @@ class DockerSandbox(ShellSandbox):
         self.python = python
         self.docker_host = docker_host or os.environ.get("DOCKER_HOST")
         self.workspace_root = workspace_root
+        self.extra_ro_binds = dict(extra_ro_binds or {})
         self.client = docker_client(self.docker_host)
         remove_orphaned_containers(self.client)
         self.container: Any = None
@@ -141,7 +145,7 @@ class DockerSandbox(ShellSandbox):
         """A container with the workspace at the mount path; ``hide`` paths of the image (hidden
         tests, say) are deleted from this container before the agent's shell starts."""
         self._state["workspace"] = self.workspace
-        self.container = self._run_container(KEEPALIVE, extra_volumes={})
+        self.container = self._run_container(KEEPALIVE, extra_volumes=self.extra_ro_binds)
         self._state["container"] = self.container
         if hide:
             result = self.container.exec_run(["rm", "-rf", "--", *hide], user="root")
@@ -238,6 +242,17 @@ class DockerSandbox(ShellSandbox):
         channels = self._channels
         channels.server, channels.server_started = server, True
         channels.requests, channels.replies = os.dup(server.stdin.fileno()), os.dup(server.stdout.fileno())
+
+    def network_pid(self) -> int | None:
+        """The container's init, as the engine reports it (its network namespace is the container's
+        for the container's whole life); None without a container or with an engine on another host."""
+        if self.container is None or (self.docker_host and not self.docker_host.startswith("unix://")):
+            return None
+        try:
+            pid = self.client.api.inspect_container(self.container.id)["State"]["Pid"]
+        except Exception:  # the container is gone
+            return None
+        return int(pid) if isinstance(pid, int) and pid > 0 else None
 
     def _spawn_server(self, server_python: str) -> subprocess.Popen[bytes] | None:
         """None: Docker's tool server starts only with the shell (:meth:`_start_shell`); one started

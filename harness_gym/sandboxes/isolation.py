@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness_gym.paths import track_temporary_folders
+from harness_gym.paths import temporary_folder, track_temporary_folders
 from harness_gym.sandboxes import layers
 
 UID_BASE_VARIABLE = "HARNESS_GYM_UID_BASE"  # the first sandbox uid
@@ -222,7 +222,8 @@ def read_registry(text: str) -> dict[str, list[str]]:
 
 
 _registry: Registry | None = None
-_registry_lock = threading.Lock()
+# reentrant: the first call's recovery pass releases a dead owner's folders, which records through registry()
+_registry_lock = threading.RLock()
 
 
 def registry() -> Registry:
@@ -798,8 +799,7 @@ def remove_cgroup(group: Path) -> None:
 def new_workspace(size_mb: int | None, root: str | Path | None = None) -> tuple[Path, bool]:
     """An empty folder for an episode; a size-limited tmpfs when we may mount one. Registered as
     owned by this process (the caller calls :func:`release_workspace`)."""
-    path = Path(tempfile.mkdtemp(prefix="harness-gym-ws-", dir=root or shared_temp_dir()))
-    registry().add("dir", path)
+    path = temporary_folder("harness-gym-ws-", root or shared_temp_dir())  # recorded before it exists
     if size_mb and is_root():
         result = subprocess.run(
             ["mount", "-t", "tmpfs", "-o", f"size={int(size_mb)}m,mode=0755", "tmpfs", str(path)], capture_output=True
@@ -813,9 +813,7 @@ def private_folder(prefix: str, parent: str | Path | None = None) -> Path:
     """A 0700 temporary folder owned (registered) by this process: control and grader folders,
     grading payloads, layer staging. Every host folder a run makes goes through here (or
     :func:`registered_folder`), so a ``kill -9`` leaves a registry entry, never the folder."""
-    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent or shared_temp_dir()))
-    registry().add("dir", path)
-    return path
+    return temporary_folder(prefix, parent or shared_temp_dir())  # recorded (registered) before it exists
 
 
 @contextlib.contextmanager

@@ -397,7 +397,9 @@ def _idmapped_bind(source: Path, target: Path, uid: int) -> None:
 
 def prepare(size_mb: int | None, root: str | Path | None = None) -> Path:
     """An episode folder on a size-limited tmpfs; returns the (not yet mounted) workspace path in it."""
-    folder = Path(tempfile.mkdtemp(prefix="harness-gym-ws-", dir=root))
+    # recorded before it exists (the caller records the workspace in it once it returns): a kill -9
+    # while its tmpfs is mounted leaves a record, never an unrecorded folder
+    folder = temporary_folder("harness-gym-ws-", root)
     try:
         _mount("tmpfs", str(folder), "tmpfs", f"size={int(size_mb or 1024)}m,mode=0755")
         for name in ("lower", "upper", "work", MERGED):
@@ -405,6 +407,7 @@ def prepare(size_mb: int | None, root: str | Path | None = None) -> Path:
     except OSError:
         _detach(str(folder))
         shutil.rmtree(folder, ignore_errors=True)
+        forget_folder(folder)
         raise
     return folder / MERGED
 
@@ -435,6 +438,8 @@ def release(workspace: Path) -> None:
         folder.rmdir()
     if folder.exists() and not os.path.ismount(folder):
         shutil.rmtree(folder, ignore_errors=True)
+    if not os.path.lexists(folder):
+        forget_folder(folder)
 
 
 @functools.cache

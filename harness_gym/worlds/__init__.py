@@ -18,7 +18,6 @@ imported as a Docker image (:func:`docker_image`), so both backends run the same
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import gzip
 import hashlib
@@ -31,7 +30,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -41,7 +40,7 @@ import jsonschema
 import yaml
 
 from harness_gym.errors import SandboxError
-from harness_gym.paths import cache_dir
+from harness_gym.paths import cache_dir, make_writable, remove_path, size_mb
 
 HOST = "host"
 MANIFEST = "world.json"
@@ -179,6 +178,32 @@ def missing_interpreters(world: World, texts: Iterable[str]) -> list[str]:
     )
 
 
+def task_world(task: Any, backend: Any, requested: str | Path | World | None) -> World:
+    """The world a task runs on: the one ``requested`` (an environment's or a run's ``world``), else
+    the task's (its suite's default), else the host's folders. A world that is not built is an
+    error now, naming the command that builds it, as is one whose grader calls an interpreter the
+    world lacks; a task's own container image is its world under Docker. ``backend`` is a backend
+    name or a custom sandbox factory (which cannot provide a world)."""
+    world = load_world(requested or task.world or HOST)
+    if world.is_host or (backend == "docker" and task.image is not None):
+        return world
+    if backend not in ("bubblewrap", "docker"):
+        name = backend if isinstance(backend, str) else "a custom sandbox factory"
+        raise SandboxError(
+            f"task {task.id} runs on world {world.name!r}, which the {name} backend cannot provide; "
+            "use sandbox='bubblewrap' or 'docker', or world='host'"
+        )
+    world.root()  # raises WorldError with the build command when it is missing
+    missing = missing_interpreters(world, grader_scripts(task.grade_command, task.grader_files))
+    if missing:  # a correct solution would be graded as a failure: refuse the task by name
+        raise WorldError(
+            f"task {task.id}: its grader calls {', '.join(missing)}, which world {world.name!r} does not have; "
+            f"add the Debian package to the world's packages (a world YAML file, world=...) and build it "
+            f"(harness-gym worlds build FILE), or leave the task out"
+        )
+    return world
+
+
 def worlds_dir() -> Path:
     """Where built worlds live: ``HARNESS_GYM_WORLDS`` if set; as root the system cache
     ``/var/cache/harness-gym/worlds`` (sandboxes run as unprivileged uids that cannot enter
@@ -226,7 +251,7 @@ def list_worlds() -> list[dict[str, Any]]:
                 "name": name,
                 "digest": world.digest,
                 "built": world.built,
-                "size_mb": _size_mb(world.rootfs) if world.built and not world.is_host else None,
+                "size_mb": size_mb(world.rootfs) if world.built and not world.is_host else None,
                 "path": None if world.is_host else str(world.folder),
                 "description": world.definition.get("description", ""),
             }
@@ -240,7 +265,7 @@ def list_worlds() -> list[dict[str, Any]]:
                     "name": data["name"],
                     "digest": data["digest"],
                     "built": True,
-                    "size_mb": _size_mb(manifest.parent / "rootfs"),
+                    "size_mb": size_mb(manifest.parent / "rootfs"),
                     "path": str(manifest.parent),
                     "description": data.get("definition", {}).get("description", "") + " (not the shipped definition)",
                 }
@@ -255,7 +280,7 @@ def remove_world(reference: str | World) -> list[Path]:
     for manifest in worlds_dir().glob(f"{name}-*/{MANIFEST}") if worlds_dir().is_dir() else []:
         folder = manifest.parent
         if json.loads(manifest.read_text(encoding="utf-8")).get("name") == name:
-            _make_writable(folder)
+            make_writable(folder)
             shutil.rmtree(folder)
             removed.append(folder)
     return removed
@@ -303,12 +328,12 @@ def build_world(reference: str | Path | World, *, force: bool = False, progress:
         }
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=1), encoding="utf-8")
         if world.folder.exists():
-            _make_writable(world.folder)
+            make_writable(world.folder)
             shutil.rmtree(world.folder)
         staging.chmod(0o755)  # mkdtemp made it private
         staging.rename(world.folder)
     except BaseException:
-        _make_writable(staging)
+        make_writable(staging)
         shutil.rmtree(staging, ignore_errors=True)
         raise
     progress(f"world {world.name!r} built in {time.monotonic() - started:.0f} s at {world.folder}")
@@ -382,14 +407,14 @@ def _apply_layer_member(archive: tarfile.TarFile, member: tarfile.TarInfo, rootf
         folder = rootfs / parent
         for child in folder.iterdir() if folder.is_dir() else []:
             if f"{parent}/{child.name}".lstrip("/") not in written:
-                _remove(child)
+                remove_path(child)
         return
     if base.startswith(".wh."):
-        _remove(rootfs / parent / base[len(".wh.") :])
+        remove_path(rootfs / parent / base[len(".wh.") :])
         return
     target = rootfs / name
     if (target.exists() or target.is_symlink()) and not (member.isdir() and target.is_dir()):
-        _remove(target)
+        remove_path(target)
     written.add(name)
     archive.extract(member, rootfs, filter="tar")
 
@@ -472,35 +497,3 @@ def _blob_path(layout: Path, digest: str) -> Path:
 def _blob_json(layout: Path, digest: str) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(_blob_path(layout, digest).read_text(encoding="utf-8"))
     return data
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
-
-
-def _make_writable(folder: Path) -> None:
-    for path in _walk(folder):
-        with contextlib.suppress(OSError):
-            if not path.is_symlink():
-                path.chmod(path.stat().st_mode | 0o700)
-
-
-def _walk(folder: Path) -> Iterator[Path]:
-    if not folder.exists():
-        return
-    yield folder
-    for parent, dirs, _files in os.walk(folder):
-        for name in dirs:
-            yield Path(parent) / name
-
-
-def _size_mb(folder: Path) -> float:
-    total = 0
-    for parent, _dirs, files in os.walk(folder):
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(parent, name)).st_size
-    return round(total / (1 << 20), 1)

@@ -1,5 +1,6 @@
-"""Run by the agent inside the sandbox: replace the runner's forwarder on 127.0.0.1:PORT with a
-man-in-the-middle that prepends a forged tool call to every request the CLI sends the proxy."""
+"""Run by the agent inside the sandbox: try to replace the runner's forwarder on 127.0.0.1:PORT with a
+man-in-the-middle that prepends a forged tool call to every request the CLI sends the proxy. With the
+host-side forwarder there is nothing to kill and the port cannot be taken: it says so and exits."""
 
 import json
 import os
@@ -72,12 +73,17 @@ def serve(client: socket.socket) -> None:
 kill_forwarder()
 server = socket.socket()
 server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
 for _ in range(100):
     try:
         server.bind(("127.0.0.1", PORT))
         break
-    except OSError:
+    except OSError as exc:
+        error = exc
         time.sleep(0.05)
+else:
+    print("mitm could not bind:", error, flush=True)
+    sys.exit(1)
 server.listen(64)
 print("mitm listening", flush=True)
 while True:

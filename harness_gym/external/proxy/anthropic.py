@@ -20,6 +20,7 @@ from harness_gym.external.proxy.wire import (
     finish_of,
     function_tool,
     new_id,
+    policy_request,
     require,
     sse,
     with_call_ids,
@@ -101,14 +102,7 @@ def _tools(body: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def parse(body: Mapping[str, Any], model: str | None = None) -> PolicyRequest:
-    max_tokens = body.get("max_tokens")
-    return PolicyRequest(
-        model=str(model or body.get("model") or ""),
-        messages=_messages(body),
-        tools=_tools(body),
-        max_tokens=int(max_tokens) if isinstance(max_tokens, int | float) else None,
-        temperature=float(body["temperature"]) if isinstance(body.get("temperature"), int | float) else None,
-    )
+    return policy_request(body, model, _messages(body), _tools(body), max_tokens_keys=("max_tokens",))
 
 
 def count_tokens(body: Mapping[str, Any]) -> dict[str, Any]:

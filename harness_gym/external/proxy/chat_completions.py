@@ -13,6 +13,7 @@ from harness_gym.external.proxy.wire import (
     finish_of,
     function_tool,
     new_id,
+    policy_request,
     require,
     sse,
     with_call_ids,
@@ -52,14 +53,7 @@ def parse(body: Mapping[str, Any], model: str | None = None) -> PolicyRequest:
     for f in as_list(body.get("functions"), "functions"):
         if isinstance(f, Mapping):
             tools.append(function_tool(f.get("name"), f.get("description"), f.get("parameters")))
-    max_tokens = body.get("max_completion_tokens") or body.get("max_tokens")
-    return PolicyRequest(
-        model=str(model or body.get("model") or ""),
-        messages=messages,
-        tools=tools,
-        max_tokens=int(max_tokens) if isinstance(max_tokens, int | float) else None,
-        temperature=float(body["temperature"]) if isinstance(body.get("temperature"), int | float) else None,
-    )
+    return policy_request(body, model, messages, tools, max_tokens_keys=("max_completion_tokens", "max_tokens"))
 
 
 def wants_stream(body: Mapping[str, Any], query: Mapping[str, str]) -> bool:

@@ -20,6 +20,7 @@ from harness_gym.external.proxy.wire import (
     as_list,
     finish_of,
     function_tool,
+    policy_request,
     require,
     sse,
     with_call_ids,
@@ -128,14 +129,8 @@ def _tools(body: Mapping[str, Any]) -> list[dict[str, Any]]:
 def parse(body: Mapping[str, Any], model: str | None = None) -> PolicyRequest:
     config = body.get("generationConfig") or body.get("generation_config") or {}
     require(isinstance(config, Mapping), "generationConfig must be an object")
-    max_tokens = config.get("maxOutputTokens")
-    temperature = config.get("temperature")
-    return PolicyRequest(
-        model=str(model or ""),
-        messages=_messages(body),
-        tools=_tools(body),
-        max_tokens=int(max_tokens) if isinstance(max_tokens, int | float) else None,
-        temperature=float(temperature) if isinstance(temperature, int | float) else None,
+    return policy_request(
+        body, model, _messages(body), _tools(body), max_tokens_keys=("maxOutputTokens",), settings=config
     )
 
 

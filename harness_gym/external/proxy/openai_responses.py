@@ -18,8 +18,10 @@ from harness_gym.external.policies import PolicyReply, PolicyRequest, estimate_t
 from harness_gym.external.proxy.wire import (
     arguments_object,
     as_list,
+    finish_of,
     function_tool,
     new_id,
+    policy_request,
     require,
     sse,
     with_call_ids,
@@ -108,14 +110,7 @@ def _tools(body: Mapping[str, Any]) -> list[dict[str, Any]]:
 def parse(body: Mapping[str, Any], model: str | None = None) -> PolicyRequest:
     # the proxy stores no responses: a continuation by id would silently lose the history
     require(not body.get("previous_response_id"), "previous_response_id is not supported: send the whole input")
-    max_tokens = body.get("max_output_tokens")
-    return PolicyRequest(
-        model=str(model or body.get("model") or ""),
-        messages=_messages(body),
-        tools=_tools(body),
-        max_tokens=int(max_tokens) if isinstance(max_tokens, int | float) else None,
-        temperature=float(body["temperature"]) if isinstance(body.get("temperature"), int | float) else None,
-    )
+    return policy_request(body, model, _messages(body), _tools(body), max_tokens_keys=("max_output_tokens",))
 
 
 def count_tokens(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -169,7 +164,7 @@ def _items(reply: PolicyReply, body: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _response(reply: PolicyReply, body: Mapping[str, Any], model: str, items: list[dict[str, Any]]) -> dict[str, Any]:
-    length = reply.finish_reason == "length"
+    length = finish_of(reply, []) == "length"
     return {
         "id": new_id("resp_"),
         "object": "response",

@@ -6,10 +6,12 @@ import json
 import re
 import secrets
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from harness_gym.external.policies import Policy, PolicyReply, PolicyRequest
+from harness_gym.external.proxy.wire import arguments_object
 
 
 @dataclass
@@ -84,12 +86,14 @@ class RolloutChannel:
         max_tokens: int | None = None,
         models: tuple[str, ...] = (),
         on_close: Any = None,
+        renamed_calls: tuple[str, ...] = (),
     ) -> None:
         self.secret = "hg-" + secrets.token_urlsafe(24)
         self.policy = policy
         self.max_requests = max_requests
         self.max_tokens = max_tokens
         self.models = models
+        self.renamed_calls = renamed_calls  # names the CLI gives a refused call in its history (opencode)
         self.records: list[ProxyRecord] = []
         self.agent_turns = 0
         self.requests = 0
@@ -147,12 +151,13 @@ class RolloutChannel:
 
     def verify(self, request: PolicyRequest) -> str | None:
         """Check the history a request sends against the replies this channel recorded: every assistant
-        tool call in it must be one the policy made. The agent controls everything between the CLI and
-        the proxy (it can replace the in-sandbox forwarder), so a forged call is flagged here, and the
+        tool call in it must be one the policy made. The agent cannot sit between the CLI and the proxy
+        (the forwarder is the host's), but it can send requests of its own through its sandbox's port
+        with the secret it reads from the CLI's environment, so a forged call is flagged here, and the
         first one makes the rollout an error (``tampered``). The reason, or None."""
         with self.lock:
             replies = [r.policy_reply for r in self.records if r.policy_reply is not None]
-        forged = forged_calls(request.messages, replies)
+        forged = forged_calls(request.messages, replies, self.renamed_calls)
         if forged and self.tampered is None:
             with self.lock:
                 self.tampered = (
@@ -186,13 +191,11 @@ class RolloutChannel:
 
 
 def _normalized(arguments: Any) -> str:
-    """Arguments compared as JSON values (a CLI may re-serialize them, a string may hold JSON)."""
+    """Arguments compared as the JSON object the CLI was sent (a CLI may re-serialize them; a reply's
+    malformed or non-object arguments reached it as ``{}``, see :func:`.wire.arguments_object`)."""
     if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except ValueError:
-            return arguments
-    return json.dumps(arguments, sort_keys=True)
+        arguments = arguments_object(arguments)
+    return json.dumps(arguments if isinstance(arguments, dict) else {}, sort_keys=True)
 
 
 def history_calls(messages: Any) -> list[dict[str, Any]]:
@@ -213,9 +216,13 @@ def history_calls(messages: Any) -> list[dict[str, Any]]:
     return calls
 
 
-def match_calls(messages: Any, replies: list[PolicyReply]) -> tuple[dict[str, str], list[dict[str, Any]]]:
-    """Match each call a history claims to a call of a recorded reply: by id (with the same name), or,
-    where the wire has no call ids (Gemini), by name and arguments. (history id -> reply id, forged calls)."""
+def match_calls(
+    messages: Any, replies: list[PolicyReply], renamed: tuple[str, ...] = ()
+) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """Match each call a history claims to a call of a recorded reply: by id (with the same name, or a
+    name in ``renamed``: a CLI that rewrites a refused call, as opencode names an unknown tool's call
+    ``invalid``), or, where the wire has no call ids (Gemini), by name and arguments. (history id ->
+    reply id, forged calls)."""
     made = [call for reply in replies for call in reply.tool_calls]
     by_id = {str(call["id"]): call for call in made}
     claimed = list(history_calls(messages))
@@ -224,7 +231,7 @@ def match_calls(messages: Any, replies: list[PolicyReply]) -> tuple[dict[str, st
     rest = []
     for call in claimed:  # ids first, so a forged copy of a real call cannot take the real one's place
         known = by_id.get(call["id"])
-        if known is not None and known["name"] == call["name"]:
+        if known is not None and (known["name"] == call["name"] or call["name"] in renamed):
             matched[call["id"]] = str(known["id"])
             if known in unclaimed:
                 unclaimed.remove(known)
@@ -248,6 +255,28 @@ def match_calls(messages: Any, replies: list[PolicyReply]) -> tuple[dict[str, st
     return matched, forged
 
 
-def forged_calls(messages: Any, replies: list[PolicyReply]) -> list[dict[str, Any]]:
+def forged_calls(messages: Any, replies: list[PolicyReply], renamed: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """The calls a history claims that no recorded reply made."""
-    return match_calls(messages, replies)[1]
+    return match_calls(messages, replies, renamed)[1]
+
+
+def call_results(records: Sequence[ProxyRecord]) -> dict[str, Any]:
+    """Reply call id -> the first tool result a later agent request carried for it, matched by call id
+    (Gemini's wire has no ids: by function name, in order). Results for calls no reply made are left out."""
+    turns = [r for r in records if not r.side and r.policy_request is not None and r.policy_reply is not None]
+    replies = [r.policy_reply for r in records if r.policy_reply is not None]
+    results: dict[str, Any] = {}
+    for record in turns[1:]:
+        messages = record.policy_request.messages  # type: ignore[union-attr]
+        matched, _ = match_calls(messages, replies)
+        pending = {c["id"]: c for reply in replies for c in reply.tool_calls if c["id"] not in results}
+        for message in messages:
+            if message.get("role") != "tool":
+                continue
+            said = str(message.get("tool_call_id"))
+            call_id = matched.get(said) or (said if said in pending else None)
+            if call_id is None:  # Gemini: a result names its function, not a call id
+                call_id = next((i for i, c in pending.items() if c["name"] == said and i not in results), None)
+            if call_id is not None and call_id not in results:
+                results[call_id] = message.get("content") or ""
+    return results

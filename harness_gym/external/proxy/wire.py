@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from harness_gym.external.policies import PolicyReply
+from harness_gym.external.policies import PolicyReply, PolicyRequest
 
 
 class DialectError(ValueError):
@@ -73,7 +73,33 @@ def function_tool(name: Any, description: Any, parameters: Any) -> dict[str, Any
 
 
 def finish_of(reply: PolicyReply, calls: list[dict[str, Any]]) -> str:
-    """stop | tool_calls | length, made consistent with whether the reply calls tools."""
-    if reply.finish_reason == "length":
+    """stop | tool_calls | length, made consistent with whether the reply calls tools; a reply cut at
+    the policy's own cap (``capped``), not at the CLI's limit, is not ``length`` to the CLI."""
+    if reply.finish_reason == "length" and not reply.capped:
         return "length"
     return "tool_calls" if calls else "stop"
+
+
+def policy_request(
+    body: Mapping[str, Any],
+    model: str | None,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    *,
+    max_tokens_keys: Sequence[str],
+    settings: Mapping[str, Any] | None = None,
+) -> PolicyRequest:
+    """The canonical request every dialect's ``parse`` ends in: the route's model (else the body's),
+    the translated messages and tools, the first of ``max_tokens_keys`` set and the temperature,
+    read from ``settings`` (Gemini's ``generationConfig``; default the body itself); a value that
+    is not a number is left out."""
+    settings = body if settings is None else settings
+    max_tokens = next((settings[k] for k in max_tokens_keys if settings.get(k) is not None), None)
+    temperature = settings.get("temperature")
+    return PolicyRequest(
+        model=str(model or body.get("model") or ""),
+        messages=messages,
+        tools=tools,
+        max_tokens=int(max_tokens) if isinstance(max_tokens, int | float) else None,
+        temperature=float(temperature) if isinstance(temperature, int | float) else None,
+    )

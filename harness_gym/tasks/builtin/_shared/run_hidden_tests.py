@@ -5,7 +5,9 @@ This process never imports anything from the workspace. It reads the declarative
 ``{"call": expr, "equals"|"approx"|"raises": expected}``), deletes them and the verdict key from
 the grader folder, and gives only the *code* of the steps to an untrusted child
 (``evaluate_calls.py``) that imports the workspace and reports, per step, the plain value or the
-exception it got. This process compares those values with the expectations it kept, and prints
+exception it got. The child is this interpreter forked before anything secret is read (one
+interpreter start per grading, not two): it waits for its program on stdin, which is written only
+once the expectations and the key are out of the folder, and holds nothing but code. This process compares those values with the expectations it kept, and prints
 the verdict on its own stdout, signed (``verdict.py``: HMAC-SHA256 with the per-grading key the
 host wrote), so a line printed by anything else (the child, a process it left behind) is no verdict.
 
@@ -21,7 +23,6 @@ import math
 import os
 import select
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -86,21 +87,92 @@ def die_with_parent():
         pass
 
 
-def run_child(program, timeout_s):
-    """Run the untrusted child; returns (records by test name, the child's own output, note)."""
+class Child:
+    """The untrusted child (:func:`fork_child`): its pid, stdin, output and results pipe."""
+
+    def __init__(self, pid, stdin, stdout, results):
+        self.pid, self.stdin, self.stdout, self.results = pid, stdin, stdout, results
+        self.returncode = None
+
+    def poll(self):
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self):
+        if self.returncode is None:
+            self.returncode = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
+        return self.returncode
+
+    def kill(self):
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.wait()
+
+
+def child_environment():
+    """The child's whole environment (nothing of the grader's)."""
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def fork_child():
+    """Fork the child while no secret is in this process. In the child: a session of its own,
+    SIGKILL when this grader dies, stdin and stdout/stderr on pipes, the results pipe on fd 3 and no
+    other descriptor, :func:`child_environment`, no grader module, and ``evaluate_calls.py`` run as
+    ``__main__`` (it blocks reading its program from stdin)."""
+    stdin_read, stdin_write = os.pipe()
+    output_read, output_write = os.pipe()
     result_read, result_write = os.pipe()
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
-    child = subprocess.Popen(
-        [sys.executable, "-I", "-B", os.path.join(GRADER, CHILD), str(result_write)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        pass_fds=(result_write,),
-        env=env,
-        start_new_session=True,
-        preexec_fn=die_with_parent,
-    )
-    os.close(result_write)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into the grader's code
+        code = 1
+        try:
+            os.setsid()
+            die_with_parent()
+            if os.getppid() != parent:  # the grader died before the request took effect
+                os._exit(1)
+            os.dup2(stdin_read, 0)
+            os.dup2(output_write, 1)
+            os.dup2(output_write, 2)
+            os.dup2(result_write, 3)
+            os.closerange(4, max(os.sysconf("SC_OPEN_MAX"), 1024))
+            os.environ.clear()
+            os.environ.update(child_environment())
+            sys.path[:] = [entry for entry in sys.path if entry != GRADER]
+            for name in ("verdict", "__main__"):
+                sys.modules.pop(name, None)
+            sys.argv = [os.path.join(GRADER, CHILD), "3"]
+            import runpy
+
+            runpy.run_path(sys.argv[0], run_name="__main__")
+            code = 0
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) else 1
+        except BaseException:  # noqa: BLE001 - the child's own failure, reported on its output
+            import traceback
+
+            traceback.print_exc()
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            finally:
+                os._exit(code)
+    for fd in (stdin_read, output_write, result_write):
+        os.close(fd)
+    return Child(pid, os.fdopen(stdin_write, "wb"), os.fdopen(output_read, "rb"), result_read)
+
+
+def run_child(child, program, timeout_s):
+    """Feed the forked child its program; returns (records by test name, its own output, note)."""
+    result_read = child.results
     data = json.dumps(program).encode()
 
     def feed():
@@ -133,11 +205,7 @@ def run_child(program, timeout_s):
                 continue
             room = limits[fd] - len(streams[fd])
             streams[fd] += chunk[: max(room, 0)]
-    try:
-        os.killpg(child.pid, signal.SIGKILL)
-    except OSError:
-        pass
-    child.wait()
+    child.kill()
     os.close(result_read)
     records = {}
     for line in bytes(results).decode("utf-8", "replace").splitlines():
@@ -201,13 +269,19 @@ def grade(expectations, records):
 
 
 def main():
-    specs, key = take_secrets()
+    child = fork_child()  # before any secret is read: the child's memory holds none
+    try:
+        specs, key = take_secrets()
+    except BaseException:
+        child.kill()
+        raise
     if not specs:
+        child.kill()
         print("no hidden_tests*.json next to the grader", file=sys.stderr)
         sys.exit(2)
     program, expectations = build(specs)
     timeout_s = max(float(spec.get("timeout_s", DEFAULT_TIMEOUT_S)) for _, spec in specs)
-    records, output, note = run_child(program, timeout_s)
+    records, output, note = run_child(child, program, timeout_s)
     reward, breakdown, failures = grade(expectations, records)
     log = [note] if note else []
     log += failures
