@@ -134,6 +134,29 @@ def test_the_bodies_one_rollout_keeps_are_bounded(proxy: ModelProxy) -> None:
     assert channel.records[-1].raw is None
 
 
+def test_parallel_requests_cannot_pass_the_recorded_bytes_budget_together(proxy: ModelProxy) -> None:
+    """hred3: every head sent first, every body after, on 6 connections at once. Admitting them all
+    before any body was counted kept 6 bodies against a budget of 2; bodies are now read one at a time
+    per rollout, so at most one body past the budget is ever kept."""
+    channel = proxy.open_rollout(ScriptedPolicy([], final="ok"))
+    channel.max_recorded_bytes = 100_000
+    data = json.dumps({"model": "m", "messages": [{"role": "user", "content": "x" * 60_000}]}).encode()
+    socks = [_connect(proxy) for _ in range(6)]
+    try:
+        for sock in socks:
+            sock.sendall(_post_head(channel.secret, f"Content-Length: {len(data)}\r\n"))
+        time.sleep(0.5)  # every handler now waits for its body
+        for sock in socks:
+            sock.sendall(data)
+        statuses = sorted(_status(sock) for sock in socks)
+    finally:
+        for sock in socks:
+            sock.close()
+    assert channel.recorded_bytes <= channel.max_recorded_bytes + len(data), channel.recorded_bytes
+    assert statuses.count(200) <= 2 and statuses.count(429) >= 4, statuses
+    assert channel.exceeded and "bytes of request bodies" in channel.exceeded
+
+
 # ------------------------------------------------------------------------------ proxy, other rollouts
 
 

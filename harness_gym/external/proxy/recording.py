@@ -107,6 +107,7 @@ class RolloutChannel:
         self.closed = False
         self.lock = threading.Lock()
         self.policy_lock = threading.Lock()  # a rollout's policy answers one request at a time
+        self.body_lock = threading.Lock()  # a rollout's request bodies are read one at a time
         self._on_close = on_close
 
     def admit(self) -> str | None:

@@ -564,13 +564,16 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                     self.proxy.unauthorized += 1
                 raise ProxyError(401, "unknown API key: this proxy serves only the rollouts it opened")
             self._bind(channel)
-            refused = channel.admit()  # before the body: a refused request's body is never parsed
-            if refused:
-                raise ProxyError(429, f"harness-gym budget exceeded: {refused}")
             body = None
-            if method == "POST":
-                record.raw, body = self._read_body(headers)
-                channel.recorded(len(record.raw))
+            # one body read at a time per rollout: parallel requests all passing admit() before any body
+            # was counted would pin (connections x MAX_BODY) bytes past the recorded-bytes budget
+            with channel.body_lock if method == "POST" else contextlib.nullcontext():
+                refused = channel.admit()  # before the body: a refused request's body is never parsed
+                if refused:
+                    raise ProxyError(429, f"harness-gym budget exceeded: {refused}")
+                if method == "POST":
+                    record.raw, body = self._read_body(headers)
+                    channel.recorded(len(record.raw))
             self._answer(channel, record, dialect, action, model, body, query)
         except ProxyError as exc:
             record.status = exc.status
