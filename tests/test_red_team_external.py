@@ -526,3 +526,110 @@ def test_the_proxys_own_header_parser_refuses_bad_heads(proxy: ModelProxy) -> No
             sock.sendall(head)
             assert _status(sock) == expected, head[:60]
     assert channel.records[-1].headers["x-folded"] == "a b"
+
+
+# ------------------------------------------------------------------------------ lead 1: rebuilding the record
+
+
+def _nested_turn(items: int) -> bytes:
+    """A Chat request whose user content is ``items`` empty lists: ~3 bytes each on the wire, ~64 parsed."""
+    content = "[" + "[]," * (items - 1) + "[]]"
+    tools = '[{"type": "function", "function": {"name": "Bash", "parameters": {"type": "object"}}}]'
+    return f'{{"model": "m", "messages": [{{"role": "user", "content": {content}}}], "tools": {tools}}}'.encode()
+
+
+def test_a_flood_within_budget_is_kept_and_rebuilt_in_bounded_memory(proxy: ModelProxy, tmp_path: Path) -> None:
+    """An agent floods its rollout with bodies of the costliest JSON to parse, within the recorded-bytes
+    budget. Before: every record kept its parsed canonical request (22.7x the body's bytes) and the
+    episode's proxy records were all parsed again at once (43x per record). Now a record keeps its
+    bytes only; the transcript, the validity counts and the written records parse one at a time."""
+    import gc
+    import tracemalloc
+
+    from harness_gym.external.runner import ProxyRecords, canonical_transcript
+    from harness_gym.external.validity import count_valid_calls
+
+    channel = proxy.open_rollout(ScriptedPolicy([], final="ok"))
+    data = _nested_turn(8_000)  # 24 kB: many small bodies, so one body's parse is small beside them all
+    flood = 24
+    channel.max_recorded_bytes = flood * len(data)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        statuses = []
+        for _ in range(flood):
+            with _connect(proxy, timeout=60) as sock:
+                sock.sendall(_post_head(channel.secret, f"Content-Length: {len(data)}\r\n") + data)
+                statuses.append(_status(sock))
+        time.sleep(0.3)
+        gc.collect()
+        live = tracemalloc.get_traced_memory()[0] - before
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        spec = load_cli("external:claude-code")
+        transcript = canonical_transcript(spec, channel.records)
+        counts = count_valid_calls(spec, channel.records)
+        ProxyRecords(channel.records).write(tmp_path / "proxy.json")
+        rebuild = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    recorded = channel.recorded_bytes
+    assert statuses == [200] * flood and recorded == flood * len(data) and channel.exceeded is None
+    assert len(transcript) == flood + 1 and counts["tool_calls"] == 0
+    assert live < 1.5 * recorded, f"{live / recorded:.1f}x the recorded bytes kept live"
+    assert rebuild < 3 * recorded, f"rebuild peak {rebuild / recorded:.1f}x the recorded bytes"
+    written = json.loads((tmp_path / "proxy.json").read_text())
+    assert len(written) == flood and written[0]["request"].encode() == data  # the body's text, verbatim
+    assert written[0]["policy_request"]["tools"][0]["function"]["name"] == "Bash"
+
+
+# ------------------------------------------------------------------------------ lead 2: conflicting tool results
+
+
+def _chat_turn(proxy: ModelProxy, secret: str, history: list[dict]) -> int:
+    """One agent turn (Chat, the Bash tool offered) with ``history`` after the task's user message."""
+    tools = [{"type": "function", "function": {"name": "Bash", "parameters": {"type": "object"}}}]
+    body = {"model": "m", "messages": [{"role": "user", "content": "do it"}, *history], "tools": tools}
+    data = json.dumps(body).encode()
+    with _connect(proxy) as sock:
+        sock.sendall(_post_head(secret, f"Content-Length: {len(data)}\r\n") + data)
+        return _status(sock)
+
+
+@pytest.mark.parametrize("forger_first", [False, True], ids=["later-rewrite", "early-forgery"])
+def test_two_requests_giving_a_call_different_results_are_flagged(proxy: ModelProxy, forger_first: bool) -> None:
+    """The agent sends an agent turn of its own (the secret is in the CLI's environment) that gives the
+    policy's real call ``call_0`` another result, after the CLI's request or before it. Before: the
+    transcript silently took whichever came first (the forged one, sent early). The proxy cannot tell
+    which the CLI's tool returned, so the rollout is flagged (a ``tampering`` error, scored 0)."""
+    from harness_gym.external.runner import canonical_transcript
+
+    policy = ScriptedPolicy.shell(["ls"], tool="Bash", argument="command", final="done")
+    channel = proxy.open_rollout(policy)
+    call = _assistant(("call_0", "Bash", json.dumps({"command": "ls"})))
+    honest = [call, {"role": "tool", "tool_call_id": "call_0", "content": "a.txt"}]
+    forged = [call, {"role": "tool", "tool_call_id": "call_0", "content": "FORGED-RESULT"}]
+    assert _chat_turn(proxy, channel.secret, []) == 200
+    for history in [forged, honest] if forger_first else [honest, forged]:
+        assert _chat_turn(proxy, channel.secret, history) == 200  # answered as usual: the agent learns nothing
+    assert channel.tampered and "different results" in channel.tampered
+    transcript = canonical_transcript(load_cli("external:claude-code"), channel.records)
+    assert [m["content"] for m in transcript if m["role"] == "tool"] == ["FORGED-RESULT" if forger_first else "a.txt"]
+
+
+def test_the_same_result_resent_every_turn_is_not_flagged(proxy: ModelProxy) -> None:
+    """The control: an honest CLI resends each call's result with every later turn."""
+    policy = ScriptedPolicy.shell(["ls", "pwd"], tool="Bash", argument="command", final="done")
+    channel = proxy.open_rollout(policy)
+    first = [
+        _assistant(("call_0", "Bash", json.dumps({"command": "ls"}))),
+        {"role": "tool", "tool_call_id": "call_0", "content": "a.txt"},
+    ]
+    second = [
+        *first,
+        _assistant(("call_1", "Bash", json.dumps({"command": "pwd"}))),
+        {"role": "tool", "tool_call_id": "call_1", "content": "/workspace"},
+    ]
+    assert [_chat_turn(proxy, channel.secret, h) for h in ([], first, second, second)] == [200] * 4
+    assert channel.tampered is None, channel.tampered

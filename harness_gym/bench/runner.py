@@ -139,7 +139,7 @@ def run_one(
         if trajectory_dir and episode is not None:
             path = Path(trajectory_dir) / f"{_safe(plan.key)}.jsonl"
             write_trajectory(path, record, episode.transcript, [])
-            path.with_suffix(".proxy.json").write_text(json.dumps(episode.proxy_records, default=str), encoding="utf-8")
+            episode.proxy_records.write(path.with_suffix(".proxy.json"))  # one record at a time
             record["trajectory"] = str(path)
         return record
     try:

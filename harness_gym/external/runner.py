@@ -25,13 +25,13 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from harness_gym.external import forwarder
 from harness_gym.external.catalog import ExternalCli, load_cli
 from harness_gym.external.install import require_install
 from harness_gym.external.proxy import ModelProxy
-from harness_gym.external.proxy.recording import call_results
+from harness_gym.external.proxy.recording import call_results, turns_of
 from harness_gym.external.runtime import check_tree
 from harness_gym.external.validity import count_valid_calls
 from harness_gym.llm_client import says_context_overflow
@@ -51,13 +51,43 @@ BACKENDS = ("bubblewrap", "docker")  # the sandboxes a CLI runs in (both give it
 _EXIT_MARK = "__HG_EXTERNAL_EXIT="
 
 
+class ProxyRecords(Sequence[dict[str, Any]]):
+    """An episode's proxy records as JSON, each built when read and not kept: built all at once, the
+    parsed requests of a flood within the recorded-bytes budget would take ~20-40x its bytes."""
+
+    def __init__(self, records: Sequence[Any] = ()) -> None:
+        self._records = list(records)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(index, slice):
+            return [r.to_json() for r in self._records[index]]
+        return dict(self._records[index].to_json())
+
+    def write(self, path: Path) -> None:
+        """The records as one JSON list, written one record at a time."""
+        with path.open("w", encoding="utf-8") as out:
+            out.write("[")
+            for number, record in enumerate(self._records):
+                out.write(("," if number else "") + json.dumps(record.to_json(), default=str))
+            out.write("]")
+
+
 @dataclass
 class ExternalEpisode:
     """An episode's results-file record, the canonical transcript graders read, and the proxy's records."""
 
     record: dict[str, Any]
     transcript: list[dict[str, Any]]
-    proxy_records: list[dict[str, Any]] = field(default_factory=list)
+    proxy_records: ProxyRecords = field(default_factory=ProxyRecords)
 
 
 def run_external_episode(
@@ -226,7 +256,7 @@ def _episode(
         completed,
         output,
     )
-    return ExternalEpisode(record, transcript, [r.to_json() for r in channel.records])
+    return ExternalEpisode(record, transcript, ProxyRecords(channel.records))
 
 
 @dataclass(frozen=True)
@@ -436,7 +466,7 @@ def canonical_transcript(spec: ExternalCli, records: Sequence[Any]) -> list[dict
     those calls, matched by call id. The history a CLI sends passes through the sandbox, where the
     agent can rewrite it; a call no reply made never enters this transcript (``RolloutChannel.verify``
     flags it), so a transcript-reading grader scores only what the policy did."""
-    turns = [r for r in records if not r.side and r.policy_request is not None and r.policy_reply is not None]
+    turns = turns_of(records)
     if not turns:
         return []
     transcript: list[dict[str, Any]] = []

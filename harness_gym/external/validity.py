@@ -27,7 +27,7 @@ import jsonschema
 
 from harness_gym.external.catalog import ExternalCli
 from harness_gym.external.policies import text_of
-from harness_gym.external.proxy.recording import call_results
+from harness_gym.external.proxy.recording import call_results, turns_of
 from harness_gym.tool_calls import parse_action
 
 MAX_LISTED = 50  # invalid calls listed in a record (all are counted)
@@ -81,8 +81,8 @@ def check_call(call: Mapping[str, Any], offered: Mapping[str, Any]) -> tuple[str
 def count_valid_calls(cli: ExternalCli, records: Sequence[Any]) -> dict[str, Any]:
     """The validity counts of one episode's proxy records (see the module docstring)."""
     patterns = [re.compile(p) for p in cli.data.get("rejected_call_results") or []]
-    turns = [r for r in records if not r.side and r.policy_request is not None and r.policy_reply is not None]
-    results = {call_id: text_of(content) for call_id, content in call_results(records).items()}
+    turns = turns_of(records)
+    results = call_results(records)  # text already
     counts: dict[str, Any] = {"tool_calls": 0, "valid_tool_calls": 0, "parse_errors": 0, "tool_errors": 0}
     invalid: list[dict[str, str]] = []
     for index, record in enumerate(turns):

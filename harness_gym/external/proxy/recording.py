@@ -2,61 +2,123 @@
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import re
 import secrets
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from harness_gym.external.policies import Policy, PolicyReply, PolicyRequest
+from harness_gym.external.policies import Policy, PolicyReply, PolicyRequest, text_of
+from harness_gym.external.proxy import anthropic, chat_completions, gemini, openai_responses
 from harness_gym.external.proxy.wire import arguments_object
 
+DIALECTS: dict[str, Any] = {
+    "anthropic": anthropic,
+    "chat": chat_completions,
+    "responses": openai_responses,
+    "gemini": gemini,
+}
 
-@dataclass
+
 class ProxyRecord:
-    """One request and the response sent back, verbatim (the response is the body as sent, SSE included)."""
+    """One request and the response sent back, verbatim (the response is the body as sent, SSE included).
 
-    dialect: str  # anthropic | chat | responses | gemini | models
-    path: str
-    raw: bytes | None  # the decoded request body as received; parsed again only on demand (``request``)
-    response: str
-    status: int
-    policy_request: PolicyRequest | None = None
-    policy_reply: PolicyReply | None = None
-    side: bool = False
-    started: float = 0.0
-    ended: float = 0.0
-    error: str | None = None
-    headers: dict[str, str] = field(default_factory=dict)  # the request's headers, secrets redacted
+    A record keeps the request's bytes and nothing parsed from them: a parsed JSON tree costs up to
+    ~20x its size (``[[],[],...]``), and an agent may send up to the rollout's recorded-bytes budget.
+    ``request`` and ``policy_request`` are parsed again from the bytes on each access (one record at
+    a time: the episode's records are rebuilt in bounded memory, see ``rebuild peak`` in the red-team
+    tests); a record built in memory (``raw`` None) keeps the ``PolicyRequest`` it is given."""
+
+    def __init__(
+        self,
+        dialect: str,  # anthropic | chat | responses | gemini | models
+        path: str,
+        raw: bytes | None,  # the decoded request body as received
+        response: str,
+        status: int,
+        policy_request: PolicyRequest | None = None,
+        policy_reply: PolicyReply | None = None,
+        side: bool = False,
+        started: float = 0.0,
+        ended: float = 0.0,
+        error: str | None = None,
+        headers: dict[str, str] | None = None,  # the request's headers, secrets redacted
+        model: str | None = None,  # the model the request's path names (Gemini), for the parse again
+    ) -> None:
+        self.dialect, self.path, self.raw, self.response, self.status = dialect, path, raw, response, status
+        self.policy_reply, self.side, self.started, self.ended = policy_reply, side, started, ended
+        self.error, self.headers, self.model = error, dict(headers or {}), model
+        self._parsed = False  # whether the body was parsed to a PolicyRequest (a generate request)
+        self._request: PolicyRequest | None = None  # only where there are no bytes to parse again
+        self.policy_request = policy_request
 
     @property
     def request(self) -> dict[str, Any] | None:
-        """The request body parsed: a record keeps bytes, since a parsed tree costs up to ~20x its size."""
+        """The request body parsed (a new tree each time: callers hold one at a time)."""
         if self.raw is None:
             return None
         try:
             body = json.loads(self.raw)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return None
         return body if isinstance(body, dict) else None
 
+    @property
+    def policy_request(self) -> PolicyRequest | None:
+        """The canonical request, parsed again from the kept bytes (the parse is deterministic: Gemini's
+        invented call ids are numbered), with this record's side tag."""
+        if not self._parsed:
+            return None
+        if self._request is not None:
+            return self._request
+        body = self.request
+        module = DIALECTS.get(self.dialect)
+        if body is None or module is None:
+            return None
+        parsed: PolicyRequest = module.parse(body, self.model)
+        parsed.side = self.side
+        return parsed
+
+    @policy_request.setter
+    def policy_request(self, request: PolicyRequest | None) -> None:
+        self._parsed = request is not None
+        self._request = request if self.raw is None else None
+
     def to_json(self) -> dict[str, Any]:
+        """The record as JSON: ``request`` is the body's text as received (verbatim, and no parsed tree)."""
+        request = self.policy_request
         return {
             "dialect": self.dialect,
             "path": self.path,
             "headers": self.headers,
-            "request": self.request,
+            "request": self.raw.decode("utf-8", "replace") if self.raw is not None else None,
             "response": self.response,
             "status": self.status,
-            "policy_request": self.policy_request.to_json() if self.policy_request else None,
+            "policy_request": _shallow(request) if request and self.raw is not None else _deep(request),
             "policy_reply": self.policy_reply.to_json() if self.policy_reply else None,
             "side": self.side,
             "started": self.started,
             "ended": self.ended,
             "error": self.error,
         }
+
+
+def _shallow(request: PolicyRequest) -> dict[str, Any]:
+    """A freshly parsed request as JSON without the deep copy of ``to_json`` (nothing else holds it)."""
+    return {f.name: getattr(request, f.name) for f in dataclasses.fields(request)}
+
+
+def _deep(request: PolicyRequest | None) -> dict[str, Any] | None:
+    return request.to_json() if request is not None else None
+
+
+def turns_of(records: Sequence[Any]) -> list[Any]:
+    """The agent turns among a rollout's records: answered by the policy, not side requests (a
+    policy's reply exists only for a parsed request: nothing is parsed to find them)."""
+    return [r for r in records if not r.side and r.policy_reply is not None and r._parsed]
 
 
 MAX_RECORDED_BYTES = 256 * 1024 * 1024  # request bytes one rollout's records may keep (CLIs send ~0.1-1 MiB)
@@ -103,7 +165,8 @@ class RolloutChannel:
         self.first_system: str | None = None
         self.tampered: str | None = None
         self.max_recorded_bytes = MAX_RECORDED_BYTES
-        self.recorded_bytes = 0  # the first request whose history claims a call no reply made
+        self.recorded_bytes = 0
+        self.result_digests: dict[str, str] = {}  # reply call id -> sha256 of the first result a turn gave it
         self.closed = False
         self.lock = threading.Lock()
         self.policy_lock = threading.Lock()  # a rollout's policy answers one request at a time
@@ -159,14 +222,28 @@ class RolloutChannel:
         with self.lock:
             replies = [r.policy_reply for r in self.records if r.policy_reply is not None]
         forged = forged_calls(request.messages, replies, self.renamed_calls)
-        if forged and self.tampered is None:
-            with self.lock:
-                self.tampered = (
-                    f"the request history claims {len(forged)} tool call(s) the policy never made "
-                    f"(first: {forged[0]['name']!r} id {forged[0]['id']!r}): something between the CLI and "
-                    "the proxy rewrote it"
-                )
-        return self.tampered
+        reason = None
+        if forged:
+            reason = (
+                f"the request history claims {len(forged)} tool call(s) the policy never made "
+                f"(first: {forged[0]['name']!r} id {forged[0]['id']!r}): something between the CLI and "
+                "the proxy rewrote it"
+            )
+        elif not request.side:  # a later agent turn must carry the result an earlier one gave a call
+            for call_id, text in results_in(request.messages, replies).items():
+                digest = hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()
+                with self.lock:
+                    seen = self.result_digests.setdefault(call_id, digest)
+                if seen != digest:
+                    reason = (
+                        f"two agent requests give tool call {call_id!r} different results: the proxy cannot "
+                        "tell which one the CLI's tool returned (an agent's request with a forged result)"
+                    )
+                    break
+        with self.lock:
+            if reason is not None and self.tampered is None:
+                self.tampered = reason
+            return self.tampered
 
     def spent(self, reply: PolicyReply) -> None:
         with self.lock:
@@ -261,23 +338,31 @@ def forged_calls(messages: Any, replies: list[PolicyReply], renamed: tuple[str, 
     return match_calls(messages, replies, renamed)[1]
 
 
-def call_results(records: Sequence[ProxyRecord]) -> dict[str, Any]:
-    """Reply call id -> the first tool result a later agent request carried for it, matched by call id
+def results_in(messages: Any, replies: list[PolicyReply]) -> dict[str, str]:
+    """Reply call id -> the tool result (its text) one history carries for it, matched by call id
     (Gemini's wire has no ids: by function name, in order). Results for calls no reply made are left out."""
-    turns = [r for r in records if not r.side and r.policy_request is not None and r.policy_reply is not None]
+    matched, _ = match_calls(messages, replies)
+    made = {c["id"]: c for reply in replies for c in reply.tool_calls}
+    results: dict[str, str] = {}
+    for message in messages or []:
+        if not isinstance(message, dict) or message.get("role") != "tool":
+            continue
+        said = str(message.get("tool_call_id"))
+        call_id = matched.get(said) or (said if said in made else None)
+        if call_id is None:  # Gemini: a result names its function, not a call id
+            call_id = next((i for i, c in made.items() if c["name"] == said and i not in results), None)
+        if call_id is not None and call_id not in results:
+            results[call_id] = text_of(message.get("content"))  # text: no part of a parsed tree kept
+    return results
+
+
+def call_results(records: Sequence[ProxyRecord]) -> dict[str, str]:
+    """Reply call id -> the tool result the agent turns carried for it. Every agent turn resends the
+    history, so all carry the same one; one that differs is flagged live (``RolloutChannel.verify``)
+    and the episode is an error, so which one is kept here decides nothing."""
     replies = [r.policy_reply for r in records if r.policy_reply is not None]
-    results: dict[str, Any] = {}
-    for record in turns[1:]:
-        messages = record.policy_request.messages  # type: ignore[union-attr]
-        matched, _ = match_calls(messages, replies)
-        pending = {c["id"]: c for reply in replies for c in reply.tool_calls if c["id"] not in results}
-        for message in messages:
-            if message.get("role") != "tool":
-                continue
-            said = str(message.get("tool_call_id"))
-            call_id = matched.get(said) or (said if said in pending else None)
-            if call_id is None:  # Gemini: a result names its function, not a call id
-                call_id = next((i for i, c in pending.items() if c["name"] == said and i not in results), None)
-            if call_id is not None and call_id not in results:
-                results[call_id] = message.get("content") or ""
+    results: dict[str, str] = {}
+    for record in turns_of(records)[1:]:
+        for call_id, text in results_in(record.policy_request.messages, replies).items():
+            results.setdefault(call_id, text)
     return results

@@ -40,8 +40,8 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from harness_gym.external.policies import Policy
-from harness_gym.external.proxy import anthropic, chat_completions, gemini, openai_responses
-from harness_gym.external.proxy.recording import ProxyRecord, RolloutChannel
+from harness_gym.external.proxy import chat_completions, gemini
+from harness_gym.external.proxy.recording import DIALECTS, ProxyRecord, RolloutChannel
 from harness_gym.external.proxy.wire import DialectError
 
 MAX_BODY = 64 * 1024 * 1024
@@ -132,12 +132,7 @@ def _route(method: str, path: str) -> tuple[str, str, str | None]:
 class ModelProxy:
     """``with ModelProxy(socket_path) as proxy: channel = proxy.open_rollout(policy)``."""
 
-    DIALECTS: Mapping[str, ModuleType] = {
-        "anthropic": anthropic,
-        "chat": chat_completions,
-        "responses": openai_responses,
-        "gemini": gemini,
-    }
+    DIALECTS: Mapping[str, ModuleType] = DIALECTS
 
     def __init__(
         self,
@@ -685,7 +680,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             record.status, record.response = 200, self._send_json(200, module.count_tokens(body))
             return
         request = channel.tag(module.parse(body, model))
-        record.policy_request, record.side = request, request.side
+        record.model, record.side = model, request.side
+        record.policy_request = request  # kept as the body's bytes only (parsed again on demand)
         channel.verify(request)  # a forged history is flagged, not answered differently: the agent learns nothing
         try:
             with channel.policy_lock:
