@@ -633,3 +633,44 @@ def test_the_same_result_resent_every_turn_is_not_flagged(proxy: ModelProxy) -> 
     ]
     assert [_chat_turn(proxy, channel.secret, h) for h in ([], first, second, second)] == [200] * 4
     assert channel.tampered is None, channel.tampered
+
+
+# ------------------------------------------------------------------------------ lead 3: a trickled body
+
+
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_a_body_trickled_past_its_deadline_is_answered_408_and_closed(framing: str) -> None:
+    """A complete head, then the body a byte every 0.1 s (each read well within any per-read timeout).
+    Before: no deadline, the handler (and the rollout's body lock) was held for as long as the agent
+    liked. Now the body must arrive within ``body_deadline_s`` of the head; the rollout is served after."""
+    with ModelProxy(port=0, body_deadline_s=1.0) as proxy:
+        channel = proxy.open_rollout(ScriptedPolicy([], final="ok"))
+        body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+        if framing == "chunked":
+            head, payload = (
+                _post_head(channel.secret, "Transfer-Encoding: chunked\r\n"),
+                b"%x\r\n%s\r\n0\r\n\r\n"
+                % (
+                    len(body),
+                    body,
+                ),
+            )
+        else:
+            head, payload = _post_head(channel.secret, f"Content-Length: {len(body)}\r\n"), body
+        started = time.monotonic()
+        with _connect(proxy, timeout=10) as sock:
+            sock.sendall(head)
+            for byte in payload[:40]:
+                try:
+                    sock.sendall(bytes([byte]))
+                except OSError:
+                    break
+                time.sleep(0.1)
+            status = _status(sock)
+        assert status == 408 and time.monotonic() - started < 6
+        assert channel.records[-1].status == 408 and "did not arrive within 1 s" in str(channel.records[-1].error)
+        with _connect(proxy) as sock:  # the body lock was given back: the rollout is served
+            sock.sendall(_post_head(channel.secret, f"Content-Length: {len(body)}\r\n") + body)
+            assert _status(sock) == 200
+    with pytest.raises(ValueError, match="body_deadline_s"):
+        ModelProxy(port=0, body_deadline_s=0)

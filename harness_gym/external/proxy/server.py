@@ -13,7 +13,9 @@ proxy may also listen on a private unix socket (mode 0o600: host-side tools) or 
 Every connection must send a complete request head (request line and headers) within
 ``head_deadline_s`` of being accepted or of its last answer (keep-alive), or it is closed; when
 every slot of a server is taken, the connection that has waited longest for a head (never-served
-ones first) is closed to make room. So idle or trickling connections cannot hold the slots.
+ones first) is closed to make room. So idle or trickling connections cannot hold the slots. A
+request's body must then arrive within ``body_deadline_s`` of its head (408, and the connection is
+closed): a body trickled a byte at a time would hold the handler and its rollout's body lock.
 
 Standard library only (``http.server``): the measured overhead is well under 1 ms a request
 (``benchmarks/proxy_overhead.py``), and no framework is needed for five routes.
@@ -50,6 +52,7 @@ MAX_CONNECTIONS = 256
 MAX_CONNECTIONS_PER_ROLLOUT = 32  # one rollout cannot hold every slot of a proxy shared by many
 MAX_CONNECTIONS_PER_SANDBOX = 16  # connections one sandbox's port serves at once
 HEAD_DEADLINE_S = 10.0  # a request line and headers must arrive within this (also between keep-alive requests)
+BODY_DEADLINE_S = 60.0  # a body must arrive within this of its head (a 64 MiB body over loopback: < 1 s)
 EVICTION_WAIT_S = 2.0  # how long a new connection waits for the slot of the one closed to make room
 POLL_INTERVAL_S = 0.25  # how often a server looks for connections past their head deadline
 _CHUNK_SIZE = re.compile(rb"[0-9a-fA-F]{1,8}")
@@ -142,17 +145,21 @@ class ModelProxy:
         port: int | None = None,
         max_connections_per_rollout: int | None = MAX_CONNECTIONS_PER_ROLLOUT,
         head_deadline_s: float = HEAD_DEADLINE_S,
+        body_deadline_s: float = BODY_DEADLINE_S,
     ) -> None:
         """``socket_path`` or ``port``: where host-side clients connect (neither: only sandboxes'
         ports, :meth:`serve_sandbox`). ``max_connections_per_rollout``: open connections one secret
         may hold (None: no cap); a connection past it is answered 503 and closed.
-        ``head_deadline_s``: the time a connection has to send each request's head."""
+        ``head_deadline_s``: the time a connection has to send each request's head;
+        ``body_deadline_s``: the time it then has to send that request's body."""
         if socket_path is not None and port is not None:
             raise ValueError("give a socket_path or a port, not both")
-        if not head_deadline_s > 0:
-            raise ValueError(f"head_deadline_s must be > 0, got {head_deadline_s}")
+        for name, value in (("head_deadline_s", head_deadline_s), ("body_deadline_s", body_deadline_s)):
+            if not value > 0:
+                raise ValueError(f"{name} must be > 0, got {value}")
         self.max_connections_per_rollout = max_connections_per_rollout
         self.head_deadline_s = float(head_deadline_s)
+        self.body_deadline_s = float(body_deadline_s)
         self.socket_path = Path(socket_path) if socket_path is not None else None
         self.host = host
         self.port = port
@@ -179,10 +186,10 @@ class ModelProxy:
                 if _answers(path):
                     raise ValueError(f"{path} is the socket of a running proxy")
                 path.unlink()  # a stale socket from a dead proxy
-            server = _UnixServer(str(path), handler, self.head_deadline_s)
+            server = _UnixServer(str(path), handler, self._deadlines)
             os.chmod(path, 0o600)
         elif self.port is not None:
-            server = _TCPServer((self.host, self.port or 0), handler, self.head_deadline_s)
+            server = _TCPServer((self.host, self.port or 0), handler, self._deadlines)
             self.port = int(server.server_address[1])
         else:
             return  # only sandboxes' ports
@@ -211,11 +218,15 @@ class ModelProxy:
         result when the episode ends (closing the proxy closes it too)."""
         if max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, got {max_connections}")
-        port = SandboxPort(self, _SandboxServer(listener, _handler(self), self.head_deadline_s, max_connections))
+        port = SandboxPort(self, _SandboxServer(listener, _handler(self), self._deadlines, max_connections))
         with self._lock:
             self._ports.add(port)
         port.start()
         return port
+
+    @property
+    def _deadlines(self) -> tuple[float, float]:
+        return (self.head_deadline_s, self.body_deadline_s)
 
     def _drop_port(self, port: SandboxPort) -> None:
         with self._lock:
@@ -319,8 +330,10 @@ class _Limited(socketserver.ThreadingMixIn):
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # a client that hangs up mid-answer is its own failure; the proxy serves on
 
-    def __init__(self, head_deadline_s: float, max_connections: int = MAX_CONNECTIONS) -> None:
-        self.head_deadline_s = head_deadline_s
+    def __init__(self, deadlines: tuple[float, float], max_connections: int = MAX_CONNECTIONS) -> None:
+        self.head_deadline_s, self.body_deadline_s = deadlines
+        self.bodies: dict[Any, float] = {}  # connections reading a request's body -> since when
+        self.late: set[Any] = set()  # connections whose body missed its deadline (answered 408)
         self.slots = threading.BoundedSemaphore(max_connections)
         self.open: set[Any] = set()  # accepted connections, shut down by ``end_connections``
         self.open_lock = threading.Lock()
@@ -341,16 +354,37 @@ class _Limited(socketserver.ThreadingMixIn):
         with self.open_lock:
             self.waiting.pop(connection, None)
 
-    def service_actions(self) -> None:
-        """Between accepts (every poll interval): close the connections past their head deadline."""
-        limit = time.monotonic() - self.head_deadline_s
+    def awaiting_body(self, connection: Any) -> None:
         with self.open_lock:
-            late = [c for c, (_, since) in self.waiting.items() if since < limit]
+            if connection in self.open:
+                self.bodies[connection] = time.monotonic()
+
+    def got_body(self, connection: Any) -> bool:
+        """The body phase is over; whether it missed its deadline."""
+        with self.open_lock:
+            self.bodies.pop(connection, None)
+            late = connection in self.late
+            self.late.discard(connection)
+            return late
+
+    def service_actions(self) -> None:
+        """Between accepts (every poll interval): close the connections past their head deadline, and
+        end the reading side of those past their body deadline (their handler reads EOF, answers 408)."""
+        now = time.monotonic()
+        with self.open_lock:
+            late = [c for c, (_, since) in self.waiting.items() if since < now - self.head_deadline_s]
             for connection in late:
                 del self.waiting[connection]
+            slow = [c for c, since in self.bodies.items() if since < now - self.body_deadline_s]
+            for connection in slow:
+                del self.bodies[connection]
+                self.late.add(connection)
         for connection in late:
             with contextlib.suppress(OSError):
                 connection.shutdown(socket.SHUT_RDWR)
+        for connection in slow:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RD)
 
     def _evict(self) -> bool:
         """Close the connection that has waited longest for a head (never served before first)."""
@@ -401,20 +435,24 @@ class _Limited(socketserver.ThreadingMixIn):
             with self.open_lock:
                 self.open.discard(request)
                 self.waiting.pop(request, None)
+                self.bodies.pop(request, None)
+                self.late.discard(request)
             self.slots.release()
 
 
 class _UnixServer(_Limited, socketserver.UnixStreamServer):
-    def __init__(self, path: str, handler: type[BaseHTTPRequestHandler], head_deadline_s: float) -> None:
-        _Limited.__init__(self, head_deadline_s)
+    def __init__(self, path: str, handler: type[BaseHTTPRequestHandler], deadlines: tuple[float, float]) -> None:
+        _Limited.__init__(self, deadlines)
         socketserver.UnixStreamServer.__init__(self, path, handler)
 
 
 class _TCPServer(_Limited, socketserver.TCPServer):
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], head_deadline_s: float) -> None:
-        _Limited.__init__(self, head_deadline_s)
+    def __init__(
+        self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], deadlines: tuple[float, float]
+    ) -> None:
+        _Limited.__init__(self, deadlines)
         socketserver.TCPServer.__init__(self, address, handler)
 
 
@@ -425,10 +463,10 @@ class _SandboxServer(_Limited, socketserver.TCPServer):
         self,
         listener: socket.socket,
         handler: type[BaseHTTPRequestHandler],
-        head_deadline_s: float,
+        deadlines: tuple[float, float],
         max_connections: int,
     ) -> None:
-        _Limited.__init__(self, head_deadline_s, max_connections)
+        _Limited.__init__(self, deadlines, max_connections)
         socketserver.TCPServer.__init__(self, listener.getsockname(), handler, bind_and_activate=False)
         self.socket.close()
         self.socket = listener
@@ -548,6 +586,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         self._consumed = False  # until the body is read, its bytes are still in the connection
         channel: RolloutChannel | None = None
         record = ProxyRecord(dialect, split.path, None, "", 0, started=started, headers=_redacted(headers))
+        self.server.awaiting_body(self.connection)  # the body deadline runs from the head
         try:
             if headers.get("upgrade", "").lower() == "websocket":
                 raise ProxyError(426, "WebSocket transport is not served here: use HTTP POST with SSE")
@@ -569,6 +608,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                 if method == "POST":
                     record.raw, body = self._read_body(headers)
                     channel.recorded(len(record.raw))
+            self.server.got_body(self.connection)  # the policy's time is not the client's
             self._answer(channel, record, dialect, action, model, body, query)
         except ProxyError as exc:
             record.status = exc.status
@@ -576,7 +616,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             payload = self._module(dialect).error(exc.status, exc.message)
             # only a rollout's own client may make the proxy read (and drop) a long body
             unusable = not self._consumed and not self._drain(headers, MAX_BODY if channel else MAX_UNAUTHENTICATED)
-            close = unusable or exc.status in (400, 413, 415, 426, 503)
+            unusable = self.server.got_body(self.connection) or unusable  # a drain past the deadline: EOF
+            close = unusable or exc.status in (400, 408, 413, 415, 426, 503)
             record.response = self._send_json(exc.status, payload, close=close)
         except DialectError as exc:
             record.status, record.error = 400, str(exc)
@@ -631,6 +672,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
                 raise ProxyError(413, f"request body over {MAX_BODY} bytes")
             raw = self.rfile.read(length)
         self._consumed = True
+        if self.server.got_body(self.connection):
+            raise ProxyError(408, f"the request body did not arrive within {self.server.body_deadline_s:g} s")
         raw = _decode_body(raw, headers.get("content-encoding", ""))
         try:
             body = json.loads(raw)
@@ -645,6 +688,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         total = 0
         while True:
             line = self.rfile.readline(1024)
+            if not line and self.server.got_body(self.connection):
+                raise ProxyError(408, f"the request body did not arrive within {self.server.body_deadline_s:g} s")
             digits = line.split(b";")[0].strip()
             # int(..., 16) takes "-1", "+0x10", "1_0": a negative size would read to EOF unbounded
             if not _CHUNK_SIZE.fullmatch(digits):
