@@ -48,7 +48,6 @@ SIDE_REQUESTS = 5  # requests a rollout may make beyond its agent turns (titles,
 DEFAULT_WALL_S = 900.0
 OUTPUT_TAIL_CHARS = 20_000
 BACKENDS = ("bubblewrap", "docker")  # the sandboxes a CLI runs in (both give it no network)
-_EXIT_MARK = "__HG_EXTERNAL_EXIT="
 
 
 class ProxyRecords(Sequence[dict[str, Any]]):
@@ -206,7 +205,7 @@ def _episode(
             port.close()
         cli_s = time.time() - launched
         watch.stop()
-        exit_code = _exit_code(result.output)
+        exit_code = result.exit_code
         error = _stopped(spec, channel, watch)
         if error is None and result.timed_out:
             error = (
@@ -215,7 +214,9 @@ def _episode(
             )
         elif error is None:
             output = _tail(sandbox, f"{WORK_DIR}/stdout")
-            completed = _completed(spec, sandbox, output)
+            signalled = _completed(spec, sandbox, output)  # written in the sandbox: the agent can forge it
+            final = final_reply(spec, channel.records)  # the proxy's record: the agent cannot
+            completed = signalled and final
             if channel.agent_turns == 0:
                 error = (
                     "cli",
@@ -226,8 +227,17 @@ def _episode(
                     "cli",
                     f"{spec.id} exited with status {exit_code}: {_tail(sandbox, f'{WORK_DIR}/stderr')[-500:]}",
                 )
-            elif not completed:
+            elif not signalled:
                 error = ("cli", f"{spec.id} exited without its completion signal")
+            elif not final:
+                error = (
+                    (
+                        "budget",
+                        f"{spec.id} stopped at its turn limit of {max_turns}: the model's last reply called tools",
+                    )
+                    if channel.agent_turns >= max_turns
+                    else ("cli", f"{spec.id} gave a completion signal, but the model's last reply called tools")
+                )
         transcript = canonical_transcript(spec, channel.records)
         graded = None if error else task.grade(sandbox, transcript)
         grade_s = time.time() - launched - cli_s
@@ -402,21 +412,12 @@ def _command(spec: ExternalCli, install: Path, task: Task, rendered: Mapping[str
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     argv = " ".join(shlex.quote(a) for a in rendered["argv"])
     stdin = "</dev/null" if spec.data.get("stdin_null", True) else ""
+    # the command's status is the CLI's: the sandbox reports it on a channel only its shell writes (an
+    # exit line printed on the output could come from any process holding that output)
     return (
-        f"cd {shlex.quote(task.mount_path)} || exit 97\n"
-        f"mkdir -p {WORK_DIR}; (export {exports}; exec {argv}) {stdin} >{WORK_DIR}/stdout 2>{WORK_DIR}/stderr\n"
-        f'echo "{_EXIT_MARK}$?"'
+        f"mkdir -p {WORK_DIR}; (cd {shlex.quote(task.mount_path)} || exit 97; export {exports}; exec {argv}) "
+        f"{stdin} >{WORK_DIR}/stdout 2>{WORK_DIR}/stderr"
     )
-
-
-def _exit_code(output: str) -> int | None:
-    for line in reversed(output.splitlines()):
-        if line.startswith(_EXIT_MARK):
-            try:
-                return int(line[len(_EXIT_MARK) :])
-            except ValueError:
-                return None
-    return None
 
 
 def _completed(spec: ExternalCli, sandbox: Any, output: str) -> bool:
@@ -446,6 +447,28 @@ def _completed(spec: ExternalCli, sandbox: Any, output: str) -> bool:
             return False
         return bool(value == rule["equals"])
     return True
+
+
+def final_reply(spec: ExternalCli, records: Sequence[Any]) -> bool:
+    """Whether the model ended the episode, by the proxy's record of its last agent turn (what the
+    agent cannot write, unlike the CLI's stdout and HOME): a reply without tool calls, or with only
+    calls of a ``finish`` tool or of the CLI's ``submit_command`` (mini-swe-agent ends on it)."""
+    turns = turns_of(records)
+    if not turns:
+        return False
+    submit = spec.data.get("submit_command")
+
+    def ends(call: Mapping[str, Any]) -> bool:
+        role = spec.role(str(call.get("name")))
+        if role == "finish":
+            return True
+        if not submit or role != "shell":
+            return False
+        arguments = _arguments(call.get("arguments"))
+        command = arguments.get(spec.shell_tool[1]) if isinstance(arguments, dict) else None
+        return isinstance(command, str) and str(submit) in command
+
+    return all(ends(call) for call in turns[-1].policy_reply.tool_calls)
 
 
 def _write(sandbox: Any, path: str, content: str) -> None:
