@@ -768,3 +768,27 @@ def test_what_bubblewraps_init_shows_the_agent_holds_no_secret(task: Task) -> No
     assert environ is not None and set(json.loads(environ.group(1).replace("'", '"'))) <= fixed, out
     assert "WRITABLE" not in out and out.count("closed /proc/1/") == 3, out
     assert "mem readable: True" in out, out  # readable: what it holds is the argv and environ above
+
+
+# ------------------------------------------------------------------------------ new: another rollout's secret
+
+
+def test_a_sandboxs_port_serves_only_its_own_rollout(proxy: ModelProxy) -> None:
+    """Two rollouts share one proxy. Before, any open rollout's secret was served on every sandbox's
+    port: an agent that learned another sandbox's key could spend its budget and write into its
+    records (a forged history there makes the other episode a tampering error). Now a sandbox's port
+    serves the rollout it was opened for; any other secret is 401 (unknown)."""
+    mine = proxy.open_rollout(ScriptedPolicy([], final="ok"))
+    other = proxy.open_rollout(ScriptedPolicy([], final="ok"))
+    listener = socket.create_server(("127.0.0.1", 0))  # as forwarder.listen_in_sandbox opens one
+    port = proxy.serve_sandbox(listener, rollout=mine)
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+    statuses = []
+    try:
+        for secret in (mine.secret, other.secret):
+            with socket.create_connection(port.address, timeout=10) as sock:
+                sock.sendall(_post_head(secret, f"Content-Length: {len(body)}\r\n") + body)
+                statuses.append(_status(sock))
+    finally:
+        port.close()
+    assert statuses == [200, 401] and other.records == [] and other.requests == 0, statuses

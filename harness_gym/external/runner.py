@@ -198,7 +198,8 @@ def _episode(
         launched = time.time()
         watch.start()
         # the CLI's port is open (and held by this process) before the CLI starts
-        port = model_proxy.serve_sandbox(forwarder.listen_in_sandbox(sandbox, PORT), FORWARDER_CONNECTIONS)
+        listener = forwarder.listen_in_sandbox(sandbox, PORT)
+        port = model_proxy.serve_sandbox(listener, FORWARDER_CONNECTIONS, rollout=channel)  # its own rollout only
         try:
             result = sandbox.run(_command(spec, install, task, rendered), timeout_s=wall_s)
         finally:

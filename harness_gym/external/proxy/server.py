@@ -211,14 +211,23 @@ class ModelProxy:
         if self.socket_path is not None and self.socket_path.exists():
             self.socket_path.unlink()
 
-    def serve_sandbox(self, listener: socket.socket, max_connections: int = MAX_CONNECTIONS_PER_SANDBOX) -> SandboxPort:
+    def serve_sandbox(
+        self,
+        listener: socket.socket,
+        max_connections: int = MAX_CONNECTIONS_PER_SANDBOX,
+        rollout: RolloutChannel | None = None,
+    ) -> SandboxPort:
         """Serve the CLI's connections on ``listener`` (a listening socket opened inside a sandbox's
         network namespace, :func:`harness_gym.external.forwarder.listen_in_sandbox`) in this process's
         threads, at most ``max_connections`` at once; the proxy now owns the socket. ``close()`` the
-        result when the episode ends (closing the proxy closes it too)."""
+        result when the episode ends (closing the proxy closes it too). ``rollout``: the one rollout
+        this port serves; any other secret sent on it gets 401, so an agent that learned another
+        sandbox's key could not spend that rollout's budget or write into its records."""
         if max_connections < 1:
             raise ValueError(f"max_connections must be >= 1, got {max_connections}")
-        port = SandboxPort(self, _SandboxServer(listener, _handler(self), self._deadlines, max_connections))
+        server = _SandboxServer(listener, _handler(self), self._deadlines, max_connections)
+        server.rollout = rollout
+        port = SandboxPort(self, server)
         with self._lock:
             self._ports.add(port)
         port.start()
@@ -332,6 +341,7 @@ class _Limited(socketserver.ThreadingMixIn):
 
     def __init__(self, deadlines: tuple[float, float], max_connections: int = MAX_CONNECTIONS) -> None:
         self.head_deadline_s, self.body_deadline_s = deadlines
+        self.rollout: RolloutChannel | None = None  # the only rollout served here (a sandbox's port)
         self.bodies: dict[Any, float] = {}  # connections reading a request's body -> since when
         self.late: set[Any] = set()  # connections whose body missed its deadline (answered 408)
         self.slots = threading.BoundedSemaphore(max_connections)
@@ -593,6 +603,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             dialect, action, model = _route(method, split.path)
             record.dialect = dialect if action not in ("models", "model") else "models"
             channel = self.proxy.channel_for(headers, query)
+            if channel is not None and self.server.rollout not in (None, channel):
+                channel = None  # another sandbox's secret, sent on this sandbox's port
             if channel is None:
                 with self.proxy._lock:
                     self.proxy.unauthorized += 1
