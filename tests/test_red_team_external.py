@@ -4,6 +4,7 @@ attack that still works; its reason names the effect and a suggested fix."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import re
@@ -792,3 +793,19 @@ def test_a_sandboxs_port_serves_only_its_own_rollout(proxy: ModelProxy) -> None:
     finally:
         port.close()
     assert statuses == [200, 401] and other.records == [] and other.requests == 0, statuses
+
+
+# ------------------------------------------------------------------------------ new: an endless folded header
+
+
+def test_a_header_folded_without_end_is_refused_at_the_head_size_cap(proxy: ModelProxy) -> None:
+    """Obsolete folded continuation lines were not counted as header fields: one header could grow
+    by 64 KiB a line for the whole head deadline (GiB on loopback, each line copying the value so
+    far: quadratic), and each record keeps its request's headers. The head is now capped in bytes."""
+    channel = proxy.open_rollout(ScriptedPolicy([], final="ok"))
+    folded = b"X-Fold: a\r\n" + (b" " + b"b" * 60_000 + b"\r\n") * 40  # 2.4 MB in one header
+    with _connect(proxy) as sock:
+        with contextlib.suppress(OSError):  # the proxy may answer and close before reading it all
+            sock.sendall(_post_head(channel.secret, "Content-Length: 2\r\n")[:-2] + folded + b"\r\n{}")
+        status = _status(sock)
+    assert status == 431 and channel.records == [], status

@@ -534,10 +534,15 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         if self.path.startswith("//"):
             self.path = "/" + self.path.lstrip("/")  # gh-87389: no open redirect through //host
         fields: list[tuple[str, str]] = []
+        size = 0
         while True:
             line = self.rfile.readline(_MAX_HEADER_LINE + 1)
+            size += len(line)
             if len(line) > _MAX_HEADER_LINE:
                 self.send_error(431, "Line too long")
+                return False
+            if size > _MAX_HEAD_BYTES:  # folded lines are not fields: without this, one grew without bound
+                self.send_error(431, f"Request header fields over {_MAX_HEAD_BYTES} bytes")
                 return False
             if line in (b"\r\n", b"\n", b""):
                 break
@@ -792,6 +797,7 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
 _MAX_HEADER_LINE = 65536  # as http.client
 _MAX_HEADERS = 100
+_MAX_HEAD_BYTES = 128 * 1024  # all header lines of one request (CLIs send ~2 kB; each record keeps them)
 
 
 class _Headers:
