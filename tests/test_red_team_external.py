@@ -809,3 +809,25 @@ def test_a_header_folded_without_end_is_refused_at_the_head_size_cap(proxy: Mode
             sock.sendall(_post_head(channel.secret, "Content-Length: 2\r\n")[:-2] + folded + b"\r\n{}")
         status = _status(sock)
     assert status == 431 and channel.records == [], status
+
+
+# ------------------------------------------------------------------------------ new: a flood past the budget
+
+
+def test_refusals_past_the_budget_are_counted_not_all_recorded(proxy: ModelProxy) -> None:
+    """Past its budget every request is refused (429) until the watch kills the sandbox, but each
+    refusal was still recorded with its headers (up to 128 KiB): a fast keep-alive flood in that
+    window pinned a record per request. Now the first MAX_REFUSED_RECORDS are kept, the rest counted."""
+    from harness_gym.external.proxy.recording import MAX_REFUSED_RECORDS
+
+    channel = proxy.open_rollout(ScriptedPolicy([], final="ok"), max_requests=2)
+    head = f"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {channel.secret}\r\n\r\n".encode()
+    flood = MAX_REFUSED_RECORDS + 100
+    with _connect(proxy) as sock:
+        sock.sendall(head * (flood + 2))  # pipelined on one connection
+        received = b""
+        while received.count(b"HTTP/1.1 ") < flood + 2:
+            received += sock.recv(1 << 16)
+        statuses = [int(code) for code in re.findall(rb"HTTP/1\.1 (\d{3}) ", received)]
+    assert statuses == [200, 200] + [429] * flood
+    assert len(channel.records) == 2 + MAX_REFUSED_RECORDS and channel.refused_unrecorded == 100

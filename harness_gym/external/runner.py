@@ -603,7 +603,8 @@ def _record(
             "install_key": spec.install_key,
             "exit_code": exit_code,
             "completed": completed,
-            "requests": len(records),
+            "requests": len(records) + int(getattr(channel, "refused_unrecorded", 0)),
+            "unrecorded_refusals": int(getattr(channel, "refused_unrecorded", 0)),  # past the budget, counted only
             "side_requests": sum(1 for r in records if r.side),
             "invalid_calls": validity["invalid_calls"],
             "stdout_tail": output[-2000:],

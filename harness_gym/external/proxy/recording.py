@@ -121,6 +121,7 @@ def turns_of(records: Sequence[Any]) -> list[Any]:
     return [r for r in records if not r.side and r.policy_reply is not None and r._parsed]
 
 
+MAX_REFUSED_RECORDS = 64  # refusals past the budget a rollout records (later ones are counted)
 MAX_RECORDED_BYTES = 256 * 1024 * 1024  # request bytes one rollout's records may keep (CLIs send ~0.1-1 MiB)
 
 # Claude Code's first system block carries a per-request billing header: not part of the prompt
@@ -166,6 +167,8 @@ class RolloutChannel:
         self.tampered: str | None = None
         self.max_recorded_bytes = MAX_RECORDED_BYTES
         self.recorded_bytes = 0
+        self.refused_records = 0  # requests refused past the budget, recorded
+        self.refused_unrecorded = 0  # and those past MAX_REFUSED_RECORDS, only counted
         self.result_digests: dict[str, str] = {}  # reply call id -> sha256 of the first result a turn gave it
         self.closed = False
         self.lock = threading.Lock()
@@ -252,7 +255,15 @@ class RolloutChannel:
                 self.exceeded = f"more than {self.max_tokens} completion tokens ({self.completion_tokens})"
 
     def add(self, record: ProxyRecord) -> None:
+        """Keep a record; past the budget, only the first ``MAX_REFUSED_RECORDS`` refusals are kept and
+        the rest counted (``refused_unrecorded``): a flood before the watch kills the sandbox would
+        otherwise add a record, with its headers, per request."""
         with self.lock:
+            if record.status == 429 and self.exceeded is not None:
+                if self.refused_records >= MAX_REFUSED_RECORDS:
+                    self.refused_unrecorded += 1
+                    return
+                self.refused_records += 1
             self.records.append(record)
 
     @property
