@@ -184,6 +184,7 @@ class BubblewrapSandbox(ShellSandbox):
         """A uid, cgroups and the control folder for the episode (``hide`` concerns image paths;
         the local sandbox shows no image)."""
         assert self.workspace is not None
+        isolation.raise_descriptor_limit()
         self._control = isolation.private_folder("harness-gym-ctl-")
         if isolation.is_root():
             global _uid_cursor
