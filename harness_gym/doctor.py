@@ -33,9 +33,9 @@ MIN_MEMORY_PER_WORKER_MB = 256  # below this a typical episode (python, git, a t
 # bash, the tool server): its processes, and the descriptors its owner process keeps open for it
 SANDBOXES_PER_ENVIRONMENT = 2
 IDLE_PROCESSES_PER_SANDBOX = 5  # measured 4: bwrap, its init, bash, the tool server
-FDS_PER_SANDBOX = 8  # in the owner process; measured 6 (isolation.DESCRIPTORS_PER_SANDBOX)
+FDS_PER_SANDBOX = isolation.DESCRIPTORS_PER_SANDBOX + 2  # in the owner process (measured 6), with room
 HOST_FDS_PER_SANDBOX = 32  # host-wide (fs.file-max): the owner's and the sandbox processes' own (measured 28)
-IDLE_MEMORY_MB_PER_SANDBOX = 8  # measured at 512 idle sandboxes (benchmarks/idle_sandboxes.py)
+IDLE_MEMORY_MB_PER_SANDBOX = 10  # measured 9.0 charged to its cgroup, 8.4 PSS, at 512 idle (benchmarks/idle_sandboxes.py)
 NAMESPACES_PER_SANDBOX = 1  # of each kind (user, mount, pid, net, ipc, uts, cgroup)
 
 
@@ -258,8 +258,8 @@ def _file_descriptors(workers: int) -> Check:
         detail = f"RLIMIT_NOFILE {soft} (hard {hard}), fs.file-max {file_max}; {workers} environments in one process need about {need}"
         if need > min(hard, file_max):
             return Check("file descriptors", FAIL, detail + ": raise the hard limit (ulimit -Hn) or fs.file-max")
-        if need > soft:
-            return Check("file descriptors", WARN, detail + f": raise the soft limit (ulimit -n {hard})")
+        if need > soft:  # the first sandbox raises the soft limit to the hard one
+            return Check("file descriptors", OK, detail + f" (the soft limit is raised to {hard} at the first sandbox)")
         return Check("file descriptors", OK, detail)
 
     return _guard("file descriptors", run)

@@ -240,52 +240,27 @@ def test_the_tool_server_is_started_with_the_sandbox_not_at_the_first_tool_call(
         env.close()
 
 
-def _idle_sandboxes(root: Path, count: int) -> tuple[float, float, int]:
-    """Start ``count`` idle sandboxes (tool server primed), check each answers, close them: the
-    descriptors this process holds and the host processes each sandbox keeps (per sandbox), and how
-    many answered."""
-    import os
-    import subprocess
+def test_idle_sandbox_costs_stay_within_what_doctor_budgets():
+    """``harness-gym doctor`` sizes a host by these figures (descriptors, processes per sandbox)."""
+    from benchmarks import idle_sandboxes
 
-    from harness_gym.sandboxes.bubblewrap import BubblewrapSandbox
-
-    boxes = []
-    fds_before = len(os.listdir("/proc/self/fd"))
-    try:
-        for _ in range(count):
-            box = BubblewrapSandbox()
-            workspace = box.new_workspace()
-            (workspace / "a.txt").write_text("alpha\n")
-            box.start(workspace, "/workspace")
-            box.prime_tool_server()
-            boxes.append(box)
-        fds = (len(os.listdir("/proc/self/fd")) - fds_before) / count
-        time.sleep(1.0)  # the tool servers are up
-        uids = {str(box.uid) for box in boxes if box.uid is not None}
-        listing = subprocess.run(["ps", "-e", "-o", "uid="], capture_output=True, text=True).stdout.split()
-        processes = sum(uid in uids for uid in listing) / count if uids else 0.0
-        answered = sum(box.run("cat a.txt").output == "alpha\n" for box in boxes)
-        return fds, processes, answered
-    finally:
-        for box in boxes:
-            box.close()
-
-
-def test_idle_sandbox_costs_stay_within_what_doctor_budgets(tmp_path):
-    """``harness-gym doctor`` sizes the descriptors and processes of N sandboxes from these figures."""
-    from harness_gym import doctor
-
-    fds, processes, answered = _idle_sandboxes(tmp_path, 8)
-    assert answered == 8
-    assert fds <= doctor.FDS_PER_SANDBOX
-    assert processes <= doctor.IDLE_PROCESSES_PER_SANDBOX
+    run = idle_sandboxes.measure(4)
+    assert run["answered"] == 4 and run["left_behind"] == []
+    over = [line for line in run["over_budget"] if not line.startswith("memory_mb")]  # shared pages: see 512
+    assert over == [], run["per_sandbox"]
 
 
 @pytest.mark.slow
-def test_512_idle_sandboxes(tmp_path):
-    """A large rollout node holds thousands of idle sandboxes: 512 here, every one answering."""
-    fds, processes, answered = _idle_sandboxes(tmp_path, 512)
-    assert answered == 512
+def test_512_idle_sandboxes():
+    """A large rollout node holds thousands of idle sandboxes: 512 here, every one answering, each
+    within the descriptor, process and memory budgets doctor sizes a host by, and nothing left
+    behind once they are closed (processes, descriptors, uid leases, cgroups, folders)."""
+    from benchmarks import idle_sandboxes
+
+    run = idle_sandboxes.measure(512)
+    assert run["answered"] == 512
+    assert run["over_budget"] == [], run["per_sandbox"]
+    assert run["left_behind"] == []
 
 
 def test_the_uid_pool_is_configurable_and_checked(monkeypatch):
