@@ -35,8 +35,11 @@ SANDBOXES_PER_ENVIRONMENT = 2
 IDLE_PROCESSES_PER_SANDBOX = 5  # measured 4: bwrap, its init, bash, the tool server
 FDS_PER_SANDBOX = isolation.DESCRIPTORS_PER_SANDBOX + 2  # in the owner process (measured 6), with room
 HOST_FDS_PER_SANDBOX = 32  # host-wide (fs.file-max): the owner's and the sandbox processes' own (measured 28)
-IDLE_MEMORY_MB_PER_SANDBOX = 10  # measured 9.0 charged to its cgroup, 8.4 PSS, at 512 idle (benchmarks/idle_sandboxes.py)
+IDLE_MEMORY_MB_PER_SANDBOX = (
+    10  # measured 9.0 charged to its cgroup, 8.4 PSS, at 512 idle (benchmarks/idle_sandboxes.py)
+)
 NAMESPACES_PER_SANDBOX = 1  # of each kind (user, mount, pid, net, ipc, uts, cgroup)
+HOST_MOUNTS_PER_SANDBOX = 2  # as root, in the owner's mount namespace: the workspace tmpfs (measured 1), its overlay
 
 
 @dataclass(frozen=True)
@@ -282,6 +285,7 @@ class HostLimits:
     memory_mb: int
     uid_pool: int | None  # sandbox uids (root only)
     user_namespaces: int | None  # per-user limit (binds when not root: every sandbox's namespace is the caller's)
+    mounts: int | None  # fs.mount-max less this mount namespace's mounts (root: workspaces are host mounts)
     root: bool
     spares: bool
 
@@ -350,9 +354,20 @@ def read_host_limits() -> HostLimits:
         memory_mb=int(info["MemAvailable"].split()[0]) >> 10,
         uid_pool=len(isolation.uid_pool()) if root else None,
         user_namespaces=None if root else user_ns,
+        mounts=_mount_headroom() if root else None,
         root=root,
         spares=spare.enabled(),
     )
+
+
+def _mount_headroom() -> int | None:
+    limit = _number("/proc/sys/fs/mount-max")
+    if limit is None:
+        return None
+    try:
+        return limit - len(Path("/proc/self/mountinfo").read_text().splitlines())
+    except OSError:
+        return None
 
 
 def _owned(entry: Path) -> bool:
@@ -399,6 +414,12 @@ def capacity(limits: HostLimits) -> list[Bound]:
             limits.uid_pool,
             1,
             f"a larger {isolation.UID_COUNT_VARIABLE} (uids free of accounts and /etc/subuid ranges)",
+        ),
+        (
+            "fs.mount-max",
+            limits.mounts,
+            HOST_MOUNTS_PER_SANDBOX,
+            "sysctl -w fs.mount-max=1000000 (each workspace is a tmpfs mount in this mount namespace)",
         ),
         (
             "user.max_user_namespaces",

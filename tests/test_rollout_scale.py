@@ -467,7 +467,8 @@ def _fake_limits(**changes):
 
     roomy = doctor.HostLimits(
         pid_max=4_000_000, threads_max=4_000_000, cgroup_pids=None, nproc=None, descriptors=1_000_000,
-        file_max=10**9, memory_mb=10**6, uid_pool=100_000, user_namespaces=None, root=True, spares=True,
+        file_max=10**9, memory_mb=10**6, uid_pool=100_000, user_namespaces=None, mounts=10**6, root=True,
+        spares=True,
     )  # fmt: skip
     return replace(roomy, **changes)
 
@@ -481,6 +482,7 @@ def _fake_limits(**changes):
         ({"cgroup_pids": ("/sys/fs/cgroup/job", 5_000)}, "cgroup pids.max (/sys/fs/cgroup/job)", "TasksMax"),
         ({"root": False, "user_namespaces": 15_000, "nproc": 200_000}, "user.max_user_namespaces", "sysctl"),
         ({"memory_mb": 64_000}, "memory", "more memory"),
+        ({"mounts": 30_000}, "fs.mount-max", "sysctl -w fs.mount-max"),
     ],
 )
 def test_doctor_names_the_limit_that_binds_first(changes, binding, fix):
