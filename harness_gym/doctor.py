@@ -325,9 +325,9 @@ def read_host_limits() -> HostLimits:
     """This host's limits, as headroom for new sandboxes."""
     from harness_gym.sandboxes import spare
 
-    processes = sum(entry.isdigit() for entry in os.listdir("/proc"))
-    threads: int | None = None
-    with contextlib.suppress(OSError, IndexError, ValueError):  # field 4 of loadavg: running/total threads
+    # every thread holds a pid too: field 4 of loadavg is running/total threads (processes if unreadable)
+    threads = sum(entry.isdigit() for entry in os.listdir("/proc"))
+    with contextlib.suppress(OSError, IndexError, ValueError):
         threads = int(Path("/proc/loadavg").read_text().split()[3].partition("/")[2])
     pid_max, threads_max = _number("/proc/sys/kernel/pid_max"), _number("/proc/sys/kernel/threads-max")
     root = isolation.is_root()
@@ -345,8 +345,8 @@ def read_host_limits() -> HostLimits:
     info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
     user_ns = _number("/proc/sys/user/max_user_namespaces")
     return HostLimits(
-        pid_max=None if pid_max is None else pid_max - processes,
-        threads_max=None if threads_max is None or threads is None else threads_max - threads,
+        pid_max=None if pid_max is None else pid_max - threads,
+        threads_max=None if threads_max is None else threads_max - threads,
         cgroup_pids=_own_cgroup_pids(),
         nproc=nproc,
         descriptors=per_process - len(os.listdir("/proc/self/fd")),
