@@ -128,9 +128,9 @@ def _lost(envs: list[Any]) -> int:
 def hold(count: int, task_root: Path, cursor: int) -> None:
     """The owner to be killed: ``count`` live sandboxes, then a line on stdout, then wait."""
     from harness_gym import HarnessEnv
-    from harness_gym.sandboxes import bubblewrap
+    from harness_gym.sandboxes import isolation
 
-    bubblewrap._uid_cursor = cursor  # where its uid search starts (random per process otherwise)
+    isolation._uid_cursor = cursor  # where its uid search starts (random per process otherwise)
     task = _task(task_root)
     envs = [HarnessEnv("S0T0O0C0W0", tasks=[task], max_steps=50) for _ in range(count)]
     with ThreadPoolExecutor(max_workers=min(count, 16)) as pool:
@@ -180,7 +180,7 @@ def private_host_state() -> Path:
 def losses(count: int, seed: int) -> dict[str, Any]:
     """The sandboxes lost to thread exits, pool shutdowns and a reclaim pass, at ``count`` environments."""
     from harness_gym import HarnessEnv
-    from harness_gym.sandboxes import bubblewrap, isolation
+    from harness_gym.sandboxes import isolation
 
     rng = random.Random(seed)
     cursor = int.from_bytes(os.urandom(2), "big")
@@ -190,7 +190,7 @@ def losses(count: int, seed: int) -> dict[str, Any]:
         # the pass below finds its registry log with uids this process has leased again since
         isolation.registry()
         dead_uids = _dead_owner(count, folder, cursor)
-        bubblewrap._uid_cursor = cursor  # this process's uid search starts where the dead owner's did
+        isolation._uid_cursor = cursor  # this process's uid search starts where the dead owner's did
         task = _task(folder)
         envs = [HarnessEnv("S0T0O0C0W0", tasks=[task], max_steps=50) for _ in range(count)]
         try:

@@ -569,3 +569,35 @@ def test_running_out_of_descriptors_is_a_clear_error_and_the_soft_limit_is_raise
             os.close(fd)
         box.close()
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_lease_search_moves_past_another_process_s_run_of_leases(monkeypatch):
+    """The cursor moved by one per lease: a process whose cursor fell inside another's run of 40
+    held uids opened 41, then 40, then 39... lock files per lease (quadratic at node scale)."""
+    import fcntl
+    import os
+
+    from harness_gym.sandboxes import isolation
+
+    if not isolation.is_root():
+        pytest.skip("uid leases need root")
+    monkeypatch.setenv(isolation.UID_BASE_VARIABLE, "3400000")
+    monkeypatch.setenv(isolation.UID_COUNT_VARIABLE, "64")
+    folder = isolation.lock_dir()
+    others = []  # another process's leases: locks on open files of their own, unknown to this process
+    for uid in range(3_400_000, 3_400_040):
+        handle = os.open(folder / f"{uid}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        others.append(handle)
+    monkeypatch.setattr(isolation, "_uid_cursor", 0)
+    tried = isolation.lock_files_tried
+    leases = []
+    try:
+        leases = [isolation.UidLease.acquire() for _ in range(5)]
+        assert [lease.uid for lease in leases] == list(range(3_400_040, 3_400_045))
+        assert isolation.lock_files_tried - tried == 41 + 4  # one scan past the run, then one try each
+    finally:
+        for lease in leases:
+            lease.release()
+        for handle in others:
+            os.close(handle)

@@ -412,6 +412,9 @@ _acquire_failures: list[str] = []  # uids whose previous holder's leftovers coul
 _held: set[int] = set()
 _held_lock = threading.Lock()
 lock_files_tried = 0  # lock files opened by lease searches in this process (tests count them)
+# where this process's next search starts: random, so processes rarely contend, and moved past each
+# uid found (a cursor moved by one per lease rescanned another process's whole run of leases each time)
+_uid_cursor = int.from_bytes(os.urandom(2), "big")
 
 
 @dataclass
@@ -429,14 +432,16 @@ class UidLease:
     generation: str = ""
 
     @classmethod
-    def acquire(cls, start: int = 0) -> UidLease:
-        """The first free uid of the pool from ``start`` on. Uids this process holds are skipped
-        unopened; only other processes' leases cost a lock file tried each."""
-        global lock_files_tried
+    def acquire(cls, start: int | None = None) -> UidLease:
+        """The first free uid of the pool from offset ``start`` on (None: from this process's cursor,
+        which then moves past the uid found). Uids this process holds are skipped unopened; only
+        other processes' leases cost a lock file tried each."""
+        global lock_files_tried, _uid_cursor
         folder = lock_dir()
         pool = uid_pool()
+        begin = _uid_cursor if start is None else start
         for offset in range(len(pool)):
-            uid = pool[(start + offset) % len(pool)]
+            uid = pool[(begin + offset) % len(pool)]
             with _held_lock:
                 if uid in _held:
                     continue
@@ -465,6 +470,9 @@ class UidLease:
                     _acquire_failures.append(f"uid {uid}: {type(exc).__name__}: {exc}")
                     continue
                 raise
+            if start is None:
+                with _held_lock:
+                    _uid_cursor = (begin + offset + 1) % len(pool)
             return lease
         raise RuntimeError(
             f"all {len(pool)} sandbox uids ({pool.start}-{pool.stop - 1}) are in use; "
