@@ -90,6 +90,25 @@ def _cgroup_memory_mb(box: Any) -> float | None:
     return None
 
 
+def _leased(uid: int) -> bool:
+    """Whether some process holds the uid's lease now (its lock file is locked)."""
+    import fcntl
+
+    from harness_gym.sandboxes import isolation
+
+    try:
+        handle = os.open(isolation.lock_dir() / f"{uid}.lock", os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(handle)
+    return False
+
+
 def _start() -> Any:
     from harness_gym.sandboxes.bubblewrap import BubblewrapSandbox
 
@@ -114,14 +133,19 @@ def _left_behind(before: set[int], uids: set[int], tokens: set[str], folders: se
     left += [f"registry dir {folder}" for folder in folders if folder in items["dir"]]
     left += [f"folder {folder}" for folder in folders if Path(folder).exists()]
     left += [f"cgroup {group}" for group in groups if Path(group).exists()]
-    if uids:
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    if os.stat(f"/proc/{entry}").st_uid in uids:
-                        left.append(f"process {entry} of a sandbox uid")
-                except OSError:
-                    pass
+    stray: dict[int, list[str]] = {}
+    for entry in os.listdir("/proc") if uids else []:
+        if entry.isdigit():
+            try:
+                owner = os.stat(f"/proc/{entry}").st_uid
+            except OSError:
+                continue
+            if owner in uids:
+                stray.setdefault(owner, []).append(entry)
+    for uid, pids in stray.items():
+        if _leased(uid):
+            continue  # another process of this host leased the uid since: its processes are its own
+        left += [f"process {pid} of sandbox uid {uid}" for pid in pids]
     return left
 
 
