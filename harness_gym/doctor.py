@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness_gym.external.install import list_installs
-from harness_gym.sandboxes import isolation
+from harness_gym.sandboxes import isolation, spare
 from harness_gym.sandboxes.base import SandboxError
 from harness_gym.sandboxes.bubblewrap import BubblewrapSandbox
 from harness_gym.sandboxes.docker import remove_orphaned_containers
@@ -323,8 +323,6 @@ def _own_cgroup_pids() -> tuple[str, int] | None:
 
 def read_host_limits() -> HostLimits:
     """This host's limits, as headroom for new sandboxes."""
-    from harness_gym.sandboxes import spare
-
     # every thread holds a pid too: field 4 of loadavg is running/total threads (processes if unreadable)
     threads = sum(entry.isdigit() for entry in os.listdir("/proc"))
     with contextlib.suppress(OSError, IndexError, ValueError):
