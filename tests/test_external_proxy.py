@@ -472,6 +472,8 @@ def test_the_fast_json_paths_read_and_write_what_the_stdlib_does() -> None:
     for raw in [b"{not json", b"", b"[1,]"]:
         with pytest.raises(ValueError):
             loads(raw)
+    with pytest.raises(RecursionError):  # orjson 3.8 recursed on the C stack here: a segfault
+        loads(b"[" * 200_000 + b"]" * 200_000)
     stdlib = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
     for value in [{"a": "é\n\x01\u2028", "b": [1, None, True]}, {1: 2}, {"big": 2**70}]:
         assert compact(value) == stdlib.encode(value).encode(), value

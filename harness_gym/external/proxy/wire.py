@@ -20,6 +20,9 @@ except ImportError:  # pragma: no cover - the stdlib then does it all
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 _DIGITS = bytes.maketrans(b"123456789", b"000000000")
 _LONG_NUMBER = b"0" * 19  # orjson reads an integer past 64 bits as a float: the stdlib keeps it exact
+# orjson (3.8) has no depth limit: it recurses on the C stack, and 200,000 nested brackets crash the
+# process. A body with at most this many brackets is at most this deep, under the stdlib's limit.
+_MAX_BRACKETS = 900
 
 
 class DialectError(ValueError):
@@ -35,8 +38,13 @@ def loads(raw: bytes) -> Any:
     """JSON bytes decoded as :func:`json.loads` decodes them, by orjson where it is installed and
     gives the same result: a body it refuses (NaN, Infinity, lone surrogates, a BOM, bad JSON) or
     may read differently (a run of 19 or more digits: an integer past 64 bits becomes a float
-    there) is decoded by the stdlib, so the result and the errors do not depend on the install."""
-    if _orjson is not None and _LONG_NUMBER not in raw.translate(_DIGITS):
+    there) or could nest deeper than the stdlib allows (over ``_MAX_BRACKETS`` brackets) is decoded
+    by the stdlib, so the result and the errors do not depend on the install."""
+    if (
+        _orjson is not None
+        and raw.count(b"[") + raw.count(b"{") <= _MAX_BRACKETS
+        and _LONG_NUMBER not in raw.translate(_DIGITS)
+    ):
         try:
             return _orjson.loads(raw)
         except _orjson.JSONDecodeError:
