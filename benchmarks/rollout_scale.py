@@ -25,9 +25,13 @@ process's start may reclaim the dead owner first).
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
+import itertools
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -35,11 +39,15 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from compare import FloorShell  # noqa: E402
 
 
 def _task(root: Path) -> Any:
@@ -68,26 +76,164 @@ def _uptime() -> str:
 
 def _summary(values: list[float]) -> dict[str, float]:
     ordered = sorted(values)
-    return {"p50": round(statistics.median(ordered), 1), "max": round(ordered[-1], 1), "n": len(ordered)}
+    p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+    return {
+        "p50": round(statistics.median(ordered), 1),
+        "p90": round(p90, 1),
+        "max": round(ordered[-1], 1),
+        "n": len(ordered),
+    }
 
 
-def measure(count: int, rounds: int) -> dict[str, Any]:
+class FloorReset:
+    """One reset's floor, self-timed (ms): a size-limited tmpfs with an overlay of the task's layer
+    on it (as copy-on-write workspaces are made), and a persistent bash in bwrap in its own session
+    with the overlay at /workspace, until it answers its first command (compare.py's floor shell).
+    What any reset on such workspaces must do at least: no uid lease, cgroup, idmapping, seccomp,
+    registry or tool server. The previous one is closed before the clock starts (harness-gym
+    closes a finished sandbox in the background too)."""
+
+    self_timed = True
+
+    def __init__(self, source: Path) -> None:
+        from harness_gym.sandboxes import bubblewrap, layers
+
+        fill = functools.partial(shutil.copytree, source, dirs_exist_ok=True, symlinks=True)
+        self.layer = layers.shared_layer([source], lambda staging: fill(staging)) if layers.available() else None
+        self.source = source
+        # the system folders read-only, as sandboxes show them (``--ro-bind / /`` races other
+        # processes' workspace mounts: bwrap's recursive remount fails when one goes meanwhile)
+        self.system = ["bwrap", "--unshare-all", "--die-with-parent", "--dev", "/dev", "--proc", "/proc"]
+        for path in bubblewrap.SYSTEM_DIRS:
+            if os.path.islink(path):
+                self.system += ["--symlink", os.readlink(path), path]
+            elif os.path.isdir(path):
+                self.system += ["--ro-bind", path, path]
+        self.held: tuple[Path, Any] | None = None
+
+    def __call__(self) -> float:
+        from harness_gym.sandboxes import isolation, layers
+
+        self.close()
+        started = time.perf_counter()
+        if self.layer is not None:
+            workspace = layers.prepare(64)
+            layers.mount(workspace, self.layer, None)
+        else:  # no overlayfs here: the workspace is copied, as harness-gym then does
+            workspace, _ = isolation.new_workspace(64)
+            shutil.copytree(self.source, workspace, dirs_exist_ok=True, symlinks=True)
+        shell = FloorShell(own_session=True, bwrap=[*self.system, "--bind", str(workspace), "/workspace"])
+        self.held = (workspace, shell)
+        shell.run("true")
+        return (time.perf_counter() - started) * 1000
+
+    def close(self) -> None:
+        from harness_gym.sandboxes import isolation, layers
+
+        if self.held is not None:
+            workspace, shell = self.held
+            shell.close()
+            (layers.release if self.layer is not None else isolation.release_workspace)(workspace)
+            self.held = None
+
+
+class AfterAReset:
+    """``env.reset`` right after a reset (self-timed, ms): the spare the first one started is still
+    being made, so the second waits for it (a spare used up)."""
+
+    self_timed = True
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+
+    def __call__(self) -> float:
+        self.env.reset(seed=0)
+        return _timed_reset(self.env)
+
+
+def _interleaved(contenders: dict[str, Callable[[], float]], rounds: int, pause_s: float) -> dict[str, list[float]]:
+    """Each contender once per round, in an order shuffled each round, ``pause_s`` before each (what
+    one started in the background settles, as it does during a model's turn)."""
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    order = list(contenders.items())
+    shuffler = random.Random(0)
+    for _ in range(rounds):
+        shuffler.shuffle(order)
+        for name, call in order:
+            time.sleep(pause_s)
+            samples[name].append(call())
+    return samples
+
+
+def _settled(envs: list[Any], limit_s: float) -> float:
+    """Wait until every environment's spare is made and its finished sandboxes are closed (at most
+    ``limit_s``): how long it took, in seconds (``limit_s`` when they were not)."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < limit_s:
+        if all(env._spare.holds() is not None and env._spare.idle() for env in envs):
+            break
+        time.sleep(0.01)
+    return round(time.perf_counter() - started, 2)
+
+
+SINGLE = {
+    "floor": "floor: tmpfs + overlay + bash in bwrap, first answer",
+    "ready": "env.reset, spare ready (made during the model's turn)",
+    "after": "env.reset right after a reset (spare used up)",
+    "none": "env.reset, no spare (another task each time)",
+}
+AT_ONCE = {
+    "first": "first (no spare)",
+    "not_ready": "right after a reset (spares not ready: the worst case)",
+    "ready": "spares ready (made during the model's turn)",
+}
+TARGETS = {"at_once_p50_vs_floor": 2.0, "at_once_max_ms": 1000.0, "after_a_reset_p50_vs_floor": 1.5}
+
+
+def measure(count: int, rounds: int, pause_s: float = 0.5, settle_limit_s: float = 120.0) -> dict[str, Any]:
+    """One reset alone (interleaved with the floor), then ``count`` environments resetting at once."""
     from harness_gym import HarnessEnv
 
     with tempfile.TemporaryDirectory(prefix="hg-scale-") as folder:
         task = _task(Path(folder))
-        envs = [HarnessEnv("S0T0O0C0W0", tasks=[task], max_steps=50) for _ in range(count)]
+        other = dataclasses.replace(task, id="scale-other")
+        floor = FloorReset(task.workspace_dir)
+        single_envs = [HarnessEnv("S0T0O0C0W0", tasks=[task], max_steps=50) for _ in range(2)]
+        alternating = HarnessEnv("S0T0O0C0W0", tasks=[task, other], max_steps=50)
+        switch = itertools.cycle([other.id, task.id])
+        for env in single_envs:
+            env.reset(seed=0)
+        contenders: dict[str, Callable[[], float]] = {
+            SINGLE["floor"]: floor,
+            SINGLE["ready"]: functools.partial(_timed_reset, single_envs[0]),
+            SINGLE["after"]: AfterAReset(single_envs[1]),
+            SINGLE["none"]: lambda: _timed_reset_to(alternating, next(switch)),
+        }
         try:
-            resets: dict[str, list[float]] = {}
+            single = _interleaved(contenders, rounds, pause_s)
+        finally:
+            floor.close()
+            for env in [*single_envs, alternating]:
+                env.close()
+
+        envs = [HarnessEnv("S0T0O0C0W0", tasks=[task], max_steps=50) for _ in range(count)]
+        at_once: dict[str, list[float]] = {label: [] for label in AT_ONCE.values()}
+        settle_s: list[float] = []
+        try:
             for round_ in range(rounds + 1):
+                kind = "first" if round_ == 0 else "not_ready"
+                with ThreadPoolExecutor(max_workers=count) as pool:  # a pool per round: threads that exit
+                    at_once[AT_ONCE[kind]] += pool.map(_timed_reset, envs)
+                if round_ == 0:
+                    continue
+                settle_s.append(_settled(envs, settle_limit_s))
+                time.sleep(pause_s)  # the tool servers the spares primed start meanwhile
                 with ThreadPoolExecutor(max_workers=count) as pool:
-                    times = list(pool.map(_timed_reset, envs))
-                label = "first (no spare)" if round_ == 0 else "with spares" if round_ > 1 else "second (no spare yet)"
-                resets.setdefault(label, []).extend(times)
-                time.sleep(2.0)  # the spares are made meanwhile
+                    at_once[AT_ONCE["ready"]] += pool.map(_timed_reset, envs)
             lost = 0
             first_tool: list[float] = []
             call = '<tool_call>{"name": "file_editor", "arguments": {"command": "view", "path": "/workspace/a.txt"}}</tool_call>'
+            time.sleep(pause_s)
             for env in envs:
                 sandbox: Any = env.sandbox
                 shell = sandbox._proc
@@ -99,12 +245,42 @@ def measure(count: int, rounds: int) -> dict[str, Any]:
         finally:
             for env in envs:
                 env.close()
+    floor_p50 = statistics.median(single[SINGLE["floor"]])
+    ready = _summary(at_once[AT_ONCE["ready"]])
+    after = statistics.median(single[SINGLE["after"]])
+    ratios = {
+        "at_once_p50_vs_floor": round(ready["p50"] / floor_p50, 2),
+        "at_once_max_ms": ready["max"],
+        "after_a_reset_p50_vs_floor": round(after / floor_p50, 2),
+        "at_once_not_ready_p50_vs_floor": round(statistics.median(at_once[AT_ONCE["not_ready"]]) / floor_p50, 2),
+    }
     return {
+        "uptime": _uptime(),
         "environments": count,
-        "resets_ms": {label: _summary(values) for label, values in resets.items()},
+        "spare_workers": spare_workers(),
+        "one_reset_ms": {label: _summary(values) for label, values in single.items()},
+        "resets_at_once_ms": {label: _summary(values) for label, values in at_once.items()},
+        "spares_ready_after_s": settle_s,
+        "ratios": ratios,
+        "targets": {
+            name: {"target": limit, "value": ratios[name], "met": ratios[name] <= limit}
+            for name, limit in TARGETS.items()
+        },
         "first_tool_server_call_ms": _summary(first_tool),
         "lost_to_pool_shutdowns": lost,
     }
+
+
+def _timed_reset_to(env: Any, task_id: str) -> float:
+    started = time.perf_counter()
+    env.reset(seed=0, options={"task_id": task_id})
+    return (time.perf_counter() - started) * 1000
+
+
+def spare_workers() -> int:
+    from harness_gym.sandboxes import spare
+
+    return spare.worker_limit()
 
 
 def _lost(envs: list[Any]) -> int:
@@ -266,8 +442,6 @@ def main(argv: list[str] | None = None) -> int:
             runs = [losses(count, args.seed + index) for index, count in enumerate(counts)]
         finally:
             if state is not None:
-                import shutil
-
                 shutil.rmtree(state, ignore_errors=True)
         failed = [
             run["environments"]

@@ -104,6 +104,10 @@ class WarmSpare(Generic[S]):
             return None
         return self._pending[1].result()
 
+    def idle(self) -> bool:
+        """Whether every sandbox handed to :meth:`retire` is closed (for measurements)."""
+        return not any(t.is_alive() for t in self._closing)
+
     def retire(self, sandbox: S) -> None:
         """Close ``sandbox`` in the background (its processes, workspace and leases)."""
         self._closing = [t for t in self._closing if t.is_alive()]
