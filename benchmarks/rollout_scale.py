@@ -98,8 +98,10 @@ class FloorReset:
     def __init__(self, source: Path) -> None:
         from harness_gym.sandboxes import bubblewrap, layers
 
-        fill = functools.partial(shutil.copytree, source, dirs_exist_ok=True, symlinks=True)
-        self.layer = layers.shared_layer([source], lambda staging: fill(staging)) if layers.available() else None
+        def fill(staging: Path) -> None:
+            shutil.copytree(source, staging, dirs_exist_ok=True, symlinks=True)
+
+        self.layer = layers.shared_layer([source], fill) if layers.available() else None
         self.source = source
         # the system folders read-only, as sandboxes show them (``--ro-bind / /`` races other
         # processes' workspace mounts: bwrap's recursive remount fails when one goes meanwhile)
