@@ -1,13 +1,25 @@
-"""Environments at rollout scale: simultaneous resets, the first tool-server call, thread exits.
+"""Environments at rollout scale: resets alone and at once against one reset's floor, async vector
+environments against the floor's steps/s, sandboxes lost to thread exits and reclaims.
 
-    python benchmarks/rollout_scale.py [--environments 64] [--rounds 3] [--out benchmarks/results/rollout_scale.json]
+    python benchmarks/rollout_scale.py [--environments 64] [--rounds 3] [--single-rounds 10] [--out benchmarks/results/rollout_scale.json]
+    python benchmarks/rollout_scale.py --vector 32,64 [--vector-resets 20] [--vector-batches 200] [--out benchmarks/results/rollout_vector.json]
     python benchmarks/rollout_scale.py --losses 8,64,256 [--out benchmarks/results/rollout_losses.json]
 
-Measured (ms): ``--environments`` environments reset at once from a thread pool of that size, the
-first time (no spare) and again (warm spares, made by the spare pool), p50 and max per round; the
-first non-bash tool call (a file-editor view) of an episode whose sandbox was a spare; and how many
-sandboxes a pool's shutdown killed (reset in a pool, pool shut down, one command in each: lost when
-it does not answer in the same shell). Prints the figures and writes them as JSON.
+Measured (ms). One reset's floor (:class:`FloorReset`: a tmpfs, an overlay of the task's layer, a
+persistent bash in bwrap answering its first command), interleaved in shuffled rounds with a 0.5 s
+pause before each contender, against ``env.reset`` with its spare ready, right after a reset (the
+spare still being made: used up) and with no spare (another task each time). Then
+``--environments`` environments reset at once from a thread pool of that size (a pool per round,
+so its threads exit): the first time, right after a reset (every spare still being made: the worst
+case, reported as such), and after the spares were made (the time that took is reported: in a
+rollout the model's turn lasts seconds), p50, p90 and max; the first non-bash tool call of an
+episode whose sandbox was a spare; and how many sandboxes a pool's shutdown killed (one command
+in each: lost when it does not answer in the same shell). The targets of issue 27 are checked as
+ratios to the floor's p50. Prints the figures and writes them as JSON.
+
+``--vector``: ``gym.make_vec(..., vectorization_mode="async")`` at each count: resets that crash
+(of ``--vector-resets``), and steps per second of a bash `true` in every environment against as
+many floor shells stepped the same way, batch by batch interleaved (target 0.6x).
 
 ``--losses`` counts only what an RL run must never meet, at each number of environments: an owner
 process holding that many sandboxes is killed with -9 (its uids are leased again by this process,
@@ -85,6 +97,21 @@ def _summary(values: list[float]) -> dict[str, float]:
     }
 
 
+def floor_bwrap() -> list[str]:
+    """The floor's bwrap up to its shell: the system folders read-only, as sandboxes show them
+    (compare.py's ``--ro-bind / /`` races other processes' workspace mounts on a busy host: bwrap's
+    recursive remount fails when one goes meanwhile)."""
+    from harness_gym.sandboxes import bubblewrap
+
+    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--dev", "/dev", "--proc", "/proc"]
+    for path in bubblewrap.SYSTEM_DIRS:
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    return argv
+
+
 class FloorReset:
     """One reset's floor, self-timed (ms): a size-limited tmpfs with an overlay of the task's layer
     on it (as copy-on-write workspaces are made), and a persistent bash in bwrap in its own session
@@ -96,21 +123,14 @@ class FloorReset:
     self_timed = True
 
     def __init__(self, source: Path) -> None:
-        from harness_gym.sandboxes import bubblewrap, layers
+        from harness_gym.sandboxes import layers
 
         def fill(staging: Path) -> None:
             shutil.copytree(source, staging, dirs_exist_ok=True, symlinks=True)
 
         self.layer = layers.shared_layer([source], fill) if layers.available() else None
         self.source = source
-        # the system folders read-only, as sandboxes show them (``--ro-bind / /`` races other
-        # processes' workspace mounts: bwrap's recursive remount fails when one goes meanwhile)
-        self.system = ["bwrap", "--unshare-all", "--die-with-parent", "--dev", "/dev", "--proc", "/proc"]
-        for path in bubblewrap.SYSTEM_DIRS:
-            if os.path.islink(path):
-                self.system += ["--symlink", os.readlink(path), path]
-            elif os.path.isdir(path):
-                self.system += ["--ro-bind", path, path]
+        self.system = floor_bwrap()
         self.held: tuple[Path, Any] | None = None
 
     def __call__(self) -> float:
@@ -192,8 +212,11 @@ AT_ONCE = {
 TARGETS = {"at_once_p50_vs_floor": 2.0, "at_once_max_ms": 1000.0, "after_a_reset_p50_vs_floor": 1.5}
 
 
-def measure(count: int, rounds: int, pause_s: float = 0.5, settle_limit_s: float = 120.0) -> dict[str, Any]:
-    """One reset alone (interleaved with the floor), then ``count`` environments resetting at once."""
+def measure(
+    count: int, rounds: int, single_rounds: int = 10, pause_s: float = 0.5, settle_limit_s: float = 120.0
+) -> dict[str, Any]:
+    """One reset alone (interleaved with the floor, ``single_rounds``), then ``count`` environments
+    resetting at once (``rounds`` of spares not ready and ready)."""
     from harness_gym import HarnessEnv
 
     with tempfile.TemporaryDirectory(prefix="hg-scale-") as folder:
@@ -212,7 +235,7 @@ def measure(count: int, rounds: int, pause_s: float = 0.5, settle_limit_s: float
             SINGLE["none"]: lambda: _timed_reset_to(alternating, next(switch)),
         }
         try:
-            single = _interleaved(contenders, rounds, pause_s)
+            single = _interleaved(contenders, single_rounds, pause_s)
         finally:
             floor.close()
             for env in [*single_envs, alternating]:
@@ -251,7 +274,7 @@ def measure(count: int, rounds: int, pause_s: float = 0.5, settle_limit_s: float
     ready = _summary(at_once[AT_ONCE["ready"]])
     after = statistics.median(single[SINGLE["after"]])
     ratios = {
-        "at_once_p50_vs_floor": round(ready["p50"] / floor_p50, 2),
+        "at_once_p50_vs_floor": round(ready["p50"] / floor_p50, 3),
         "at_once_max_ms": ready["max"],
         "after_a_reset_p50_vs_floor": round(after / floor_p50, 2),
         "at_once_not_ready_p50_vs_floor": round(statistics.median(at_once[AT_ONCE["not_ready"]]) / floor_p50, 2),
@@ -410,13 +433,91 @@ def losses(count: int, seed: int) -> dict[str, Any]:
     }
 
 
+def _floor_batch(floors: list[Any]) -> None:
+    """One `true` in each floor shell, all sent before any answer is read (as a vector env steps)."""
+    for floor in floors:
+        floor.stdin.write(b"true\necho __END__\n")
+    for floor in floors:
+        data = b""
+        while not data.endswith(b"__END__\n"):
+            chunk = os.read(floor.fd, 65536)
+            if not chunk:
+                raise RuntimeError("a floor shell exited")
+            data += chunk
+
+
+def vector(count: int, resets: int, batches: int) -> dict[str, Any]:
+    """``gym.make_vec(..., vectorization_mode="async")`` with ``count`` environments: ``resets``
+    resets (a crash counts, the run goes on), then ``batches`` steps of a bash `true` in every
+    environment, interleaved batch by batch with ``count`` floor shells stepped the same way."""
+    import gymnasium as gym
+
+    import harness_gym  # noqa: F401  (registers the ids)
+
+    crashes: list[str] = []
+    envs = gym.make_vec("Harness-S0T0O0C0W0", num_envs=count, vectorization_mode="async")
+    floors = [FloorShell(own_session=True, bwrap=floor_bwrap()) for _ in range(count)]
+    vec_s: list[float] = []
+    floor_s: list[float] = []
+    try:
+        infos: dict[str, Any] = {}
+        reset_ms: list[float] = []
+        for seed in range(resets):
+            started = time.perf_counter()
+            try:
+                _, infos = envs.reset(seed=seed)
+            except Exception as exc:  # counted, not raised: the figure is how many of the resets crash
+                crashes.append(f"reset {seed}: {type(exc).__name__}: {exc}"[:300])
+                envs.close()
+                envs = gym.make_vec("Harness-S0T0O0C0W0", num_envs=count, vectorization_mode="async")
+                continue
+            reset_ms.append((time.perf_counter() - started) * 1000)
+        if not infos:
+            raise RuntimeError(f"no reset of {count} async environments succeeded: {crashes[:3]}")
+        call = '<tool_call>{"name": "%s", "arguments": {"command": "true"}}</tool_call>'
+        actions = tuple(call % name for name in infos["tool_names"]["execute_bash"])
+        envs.step(actions)  # warm: the first step of an episode
+        _floor_batch(floors)
+        for index in range(batches):
+            for side in ("vec", "floor") if index % 2 == 0 else ("floor", "vec"):
+                started = time.perf_counter()
+                if side == "vec":
+                    envs.step(actions)  # an episode that ends is reset at the next step (autoreset)
+                else:
+                    _floor_batch(floors)
+                (vec_s if side == "vec" else floor_s).append(time.perf_counter() - started)
+    finally:
+        envs.close()
+        for floor in floors:
+            floor.close()
+    vec_rate, floor_rate = count * len(vec_s) / sum(vec_s), count * len(floor_s) / sum(floor_s)
+    return {
+        "environments": count,
+        "resets": resets,
+        "crashed_resets": len(crashes),
+        "crashes": crashes[:5],
+        "reset_ms": _summary(reset_ms) if reset_ms else None,
+        "steps_per_s": round(vec_rate, 1),
+        "floor_steps_per_s": round(floor_rate, 1),
+        "steps_per_s_vs_floor": round(vec_rate / floor_rate, 3),
+        "target_vs_floor": 0.6,
+        "met": not crashes and vec_rate / floor_rate >= 0.6,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--environments", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=3, help="resets with spares after the first two")
+    parser.add_argument("--rounds", type=int, default=3, help="resets at once, spares not ready and ready")
+    parser.add_argument("--single-rounds", type=int, default=10, help="one reset alone against the floor")
     parser.add_argument(
         "--losses", help="comma-separated numbers of environments: count the sandboxes lost, measure nothing"
     )
+    parser.add_argument(
+        "--vector", help="comma-separated numbers of async vector environments: resets and steps/s only"
+    )
+    parser.add_argument("--vector-resets", type=int, default=20)
+    parser.add_argument("--vector-batches", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--shared-state", action="store_true", help="--losses: the host's state folder and uid pool, not the run's own"
@@ -432,6 +533,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.environments < 1 or args.rounds < 1:
         parser.error("--environments and --rounds must be at least 1")
     results = ROOT / "benchmarks" / "results"
+    if args.vector is not None:
+        counts = [int(part) for part in args.vector.split(",") if part.strip().isdigit()]
+        if not counts or min(counts) < 1:
+            parser.error(f"--vector takes numbers of environments separated by commas, got {args.vector!r}")
+        runs = [vector(count, args.vector_resets, args.vector_batches) for count in counts]
+        report = {"uptime": _uptime(), "runs": runs, "passed": all(run["met"] for run in runs)}
+        print(json.dumps(report, indent=2))
+        out = args.out or results / "rollout_vector.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2) + "\n")
+        return 0 if report["passed"] else 1
     if args.losses is not None:
         try:
             counts = [int(part) for part in args.losses.split(",")]
@@ -458,7 +570,7 @@ def main(argv: list[str] | None = None) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(report, indent=2) + "\n")
         return 1 if failed else 0
-    result = measure(args.environments, args.rounds)
+    result = measure(args.environments, args.rounds, args.single_rounds)
     print(json.dumps(result, indent=2))
     out = args.out or results / "rollout_scale.json"
     out.parent.mkdir(parents=True, exist_ok=True)
