@@ -68,14 +68,11 @@ def measure(name: str, runs: int) -> dict[str, Any]:
     if manifest is None:
         return {"id": cli.id, "installed": False}
     task = next(t for t in load_tasks("builtin") if t.id == TASK_ID)
-    tool, argument = cli.shell_tool
-    commands = [f"cd {task.mount_path} && ls"] + (
-        [str(cli.data["submit_command"])] if cli.data.get("submit_command") else []
-    )
+    policy_commands = [f"cd {task.mount_path} && ls"]
     episodes = []
     for _ in range(runs):
         with PeakRss(str(install_path(cli))) as memory:
-            episode = run_external_episode(cli, task, ScriptedPolicy.shell(commands, tool=tool, argument=argument))
+            episode = run_external_episode(cli, task, ScriptedPolicy.cli_shell(cli, policy_commands))
         record = episode.record
         episodes.append(
             {

@@ -50,9 +50,16 @@ SHARED_CACHES = ("harness-gym-tools-", "harness-gym-bin-", "harness-gym-grader-i
 
 # small limits, so that the faults are cheap: a memory cgroup of 256 MiB, a 64 MiB workspace tmpfs
 SANDBOX_OPTIONS = {"memory_mb": 256, "workspace_size_mb": 64, "command_timeout_s": 30.0}
-# four processes of ~230 MiB each (under RLIMIT_AS) exceed the 256 MiB cgroup together: an OOM kill
-OOM = "for i in 1 2 3 4; do python3 -c 'b = b\"x\" * (200 << 20); import time; time.sleep(3)' & done; wait"
+# four processes of ~230 MiB each (under RLIMIT_AS) exceed the 256 MiB cgroup together: an OOM kill.
+# Each prints SURVIVED after its allocation (spelled in halves: bash's "Killed" line quotes the
+# command), so fewer than four is the evidence that the kill fired.
+SURVIVED = "SURVIVED"
+OOM = (
+    'for i in 1 2 3 4; do python3 -c \'b = b"x" * (200 << 20); import time; time.sleep(3); '
+    f'print("{SURVIVED[:4]}" + "{SURVIVED[4:]}")\' & done; wait'
+)
 FILL = "head -c 200000000 /dev/zero > fill.bin; df -h . | tail -1; rm -f fill.bin"
+FULL = "No space left on device"  # what the filled tmpfs makes head say: the fault fired
 
 
 def _make_task_files(root: Path) -> None:
@@ -81,24 +88,35 @@ def _tasks(root: Path) -> dict[str, Any]:
     }
 
 
-def _episode(env: Any, fault: str, rng: random.Random) -> str:
-    """Step one reset environment to its end; its outcome: passed, failed or errored."""
+def _fired(fault: str, output: str) -> bool:
+    """Whether the fault command's output shows the fault took effect (a soak whose faults never
+    fire tests nothing, so the run fails then)."""
+    if fault == "oom":
+        return output.count(SURVIVED) < 4
+    return FULL in output
+
+
+def _episode(env: Any, fault: str, rng: random.Random) -> tuple[str, bool | None]:
+    """Step one reset environment to its end: its outcome (passed, failed or errored) and, for an
+    injected oom or tmpfs_full, whether it fired."""
     bash = next(t.name for t in env.tool_interface.tools.values() if t.implementation == "bash")
     commands = [rng.choice(COMMANDS) for _ in range(rng.randint(1, 4))]
-    if fault == "oom":
-        commands.append(OOM)
-    elif fault == "tmpfs_full":
-        commands.append(FILL)
+    injected = {"oom": OOM, "tmpfs_full": FILL}.get(fault)
+    if injected:
+        commands.append(injected)
+    fired = None
     for command in commands:
         call = {"name": bash, "arguments": {"command": command}}
-        _, _, terminated, truncated, _ = env.step(f"<tool_call>{json.dumps(call)}</tool_call>")
+        observation, _, terminated, truncated, _ = env.step(f"<tool_call>{json.dumps(call)}</tool_call>")
+        if command is injected:
+            fired = _fired(fault, str(observation["messages"][-1].get("content", "")))
         if terminated or truncated:
-            return "errored"
+            return "errored", fired
     finish = {"name": env.tool_interface.finish_name, "arguments": {}}
     _, reward, _, _, info = env.step(f"<tool_call>{json.dumps(finish)}</tool_call>")
     if info.get("grader_error"):
-        return "errored"
-    return "passed" if reward >= 1.0 else "failed"
+        return "errored", fired
+    return ("passed" if reward >= 1.0 else "failed"), fired
 
 
 def owner(journal: Path, count: int, seed: int, stop: Path, task_root: Path) -> None:
@@ -134,11 +152,12 @@ def owner(journal: Path, count: int, seed: int, stop: Path, task_root: Path) -> 
         def play(item: tuple[str, Any, str, random.Random]) -> None:
             episode, env, fault, episode_rng = item
             record(kind="start", episode=episode, fault=fault)
+            fired = None
             try:
-                outcome = _episode(env, fault, episode_rng)
+                outcome, fired = _episode(env, fault, episode_rng)
             except Exception as exc:  # an error is an outcome, recorded like the others
                 outcome, fault = "errored", f"{fault}: {type(exc).__name__}: {exc}"
-            record(kind="end", episode=episode, outcome=outcome, fault=fault, at=time.time())
+            record(kind="end", episode=episode, outcome=outcome, fault=fault, fired=fired, at=time.time())
 
         with ThreadPoolExecutor(max_workers=rng.randint(1, count)) as pool:
             list(pool.map(play, plan))
@@ -307,6 +326,8 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
                 outcomes[entry["outcome"]] += 1
                 fault = entry["fault"].partition(":")[0]
                 by_fault.setdefault(fault, Counter())[entry["outcome"]] += 1
+                if entry.get("fired") is not None:
+                    by_fault[fault]["fired" if entry["fired"] else "did_not_fire"] += 1
     killed_owners = {str(pid) for pid in killed}
     in_flight = [e for e in starts if ends[e] == 0 and e.partition("-")[0] in killed_owners]
     missing = [e for e in starts if ends[e] == 0 and e.partition("-")[0] not in killed_owners]
@@ -325,6 +346,7 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
         text = journal.read_text(errors="replace").strip()
         if "Traceback" in text or "acquire:" in text:
             errors.append(text[-600:])
+    unfired = [f for f in ("oom", "tmpfs_full") if not by_fault.get(f, Counter())["fired"]]
     result = {
         "minutes": round(elapsed / 60, 2),
         "environments": share * args.owners,
@@ -340,7 +362,8 @@ def soak(args: argparse.Namespace) -> dict[str, Any]:
         "reclaimed_after_the_run": len(reclaimed),
         "left_behind": left[:50],
         "owner_tracebacks": errors[:5],
-        "passed": not missing and not duplicated and not left and not errors,
+        "faults_that_never_fired": unfired,
+        "passed": not missing and not duplicated and not left and not errors and not unfired,
     }
     import shutil
 

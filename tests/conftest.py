@@ -17,6 +17,27 @@ from harness_gym.design import TRAINING_SET, heldout_set
 requires_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
 
 
+def require_cli(name: str):
+    """The CLI's installed tree, or a skip that prints the install command."""
+    from harness_gym.external.catalog import load_cli
+    from harness_gym.external.install import install_path, installed
+
+    cli = load_cli(name)
+    if installed(cli) is None:
+        pytest.skip(f"{cli.name} is not installed: harness-gym external install {cli.name}")
+    return install_path(cli)
+
+
+def cli_solution(task, name: str, first=()):
+    """The task's reference shell commands (after ``first``), each one call of the CLI's own shell tool,
+    then its submit command where it needs one."""
+    from harness_gym.external.catalog import load_cli
+    from harness_gym.external.policies import ScriptedPolicy
+
+    commands = [*first, *(f"cd {task.mount_path} && {step['arguments']['command']}" for step in task.solution)]
+    return ScriptedPolicy.cli_shell(load_cli(name), commands)
+
+
 def covering_configs():
     """The 18 OA training and 18 held-out configurations: each set alone has every pair of levels of
     every two factors, so a default-suite check on them catches a break in any level or pair of

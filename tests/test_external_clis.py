@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import requires_bwrap
+from conftest import cli_solution, require_cli, requires_bwrap
 
 from harness_gym.external import install as external_install
 from harness_gym.external.catalog import ExternalCliError, load_cli, shipped_clis, validate_cli
@@ -41,22 +41,6 @@ TASK_ID = "workspace-sort-unique"
 @pytest.fixture(scope="module")
 def task() -> Task:
     return next(t for t in load_tasks("builtin") if t.id == TASK_ID)
-
-
-def _solution(task: Task, cli_name: str) -> ScriptedPolicy:
-    """The task's reference commands, each one call of the CLI's own shell tool (mini-swe-agent
-    then needs its submit command)."""
-    cli = load_cli(cli_name)
-    commands = [f"cd {task.mount_path} && {step['arguments']['command']}" for step in task.solution]
-    if cli.data.get("submit_command"):
-        commands.append(cli.data["submit_command"])
-    tool, argument = cli.shell_tool
-    return ScriptedPolicy.shell(commands, tool=tool, argument=argument)
-
-
-def _require_installed(name: str) -> None:
-    if installed(load_cli(name)) is None:
-        pytest.skip(f"{name} is not installed: harness-gym external install {name}")
 
 
 # ---------------------------------------------------------------------------- the catalog
@@ -347,14 +331,16 @@ def _check_nothing(episode: ExternalEpisode) -> None:
 @requires_bwrap
 @pytest.mark.parametrize("name", LIGHT)
 def test_light_cli_solves_through_its_own_shell_tool(name: str, task: Task) -> None:
-    _require_installed(name)
-    _check_solved(name, run_external_episode(f"external:{name}", task, _solution(task, name), max_turns=10, wall_s=400))
+    require_cli(name)
+    _check_solved(
+        name, run_external_episode(f"external:{name}", task, cli_solution(task, name), max_turns=10, wall_s=400)
+    )
 
 
 @requires_bwrap
 @pytest.mark.parametrize("name", LIGHT)
 def test_light_cli_doing_nothing_scores_zero(name: str, task: Task) -> None:
-    _require_installed(name)
+    require_cli(name)
     _check_nothing(run_external_episode(f"external:{name}", task, DoNothingPolicy(), max_turns=3, wall_s=400))
 
 
@@ -362,7 +348,7 @@ def test_light_cli_doing_nothing_scores_zero(name: str, task: Task) -> None:
 def test_claude_code_retrying_a_failing_policy_is_stopped_as_a_policy_error(task: Task) -> None:
     """Claude Code retries a 500 silently with backoff (minutes): the runner stops it at the first
     failure and records the policy's reason."""
-    _require_installed("claude-code-bare")
+    require_cli("claude-code-bare")
     started = time.monotonic()
     episode = run_external_episode("external:claude-code-bare", task, ScriptedPolicy([_boom] * 50), wall_s=400)
     assert time.monotonic() - started < 200
@@ -375,8 +361,10 @@ def test_claude_code_retrying_a_failing_policy_is_stopped_as_a_policy_error(task
 @pytest.mark.slow
 @pytest.mark.parametrize("name", HEAVY)
 def test_heavy_cli_solves_and_doing_nothing_scores_zero(name: str, task: Task) -> None:
-    _require_installed(name)
-    _check_solved(name, run_external_episode(f"external:{name}", task, _solution(task, name), max_turns=10, wall_s=900))
+    require_cli(name)
+    _check_solved(
+        name, run_external_episode(f"external:{name}", task, cli_solution(task, name), max_turns=10, wall_s=900)
+    )
     _check_nothing(run_external_episode(f"external:{name}", task, DoNothingPolicy(), max_turns=3, wall_s=900))
 
 
@@ -393,7 +381,7 @@ def test_the_install_tree_is_read_only_for_the_sandbox_uid() -> None:
 
 @requires_bwrap
 def test_describe_measures_the_harness_from_its_first_request() -> None:
-    _require_installed("claude-code-bare")
+    require_cli("claude-code-bare")
     from harness_gym.external.describe import describe_cli
 
     described = describe_cli("external:claude-code-bare")
@@ -405,7 +393,7 @@ def test_describe_measures_the_harness_from_its_first_request() -> None:
 
 @requires_bwrap
 def test_bench_runs_real_clis_as_class_external(tmp_path: Path) -> None:
-    _require_installed("claude-code")
+    require_cli("claude-code")
     out = tmp_path / "bench"
     done = subprocess.run(
         [
@@ -442,7 +430,7 @@ def test_bench_runs_real_clis_as_class_external(tmp_path: Path) -> None:
 
 @requires_bwrap
 def test_a_real_cli_as_a_gymnasium_environment_with_inverted_control(task: Task) -> None:
-    _require_installed("claude-code-bare")
+    require_cli("claude-code-bare")
     import gymnasium as gym
 
     env = gym.make("harness_gym/External-ClaudeCodeBare-v0", tasks=[task], max_turns=5)
@@ -515,7 +503,7 @@ def test_bench_hf_agent_drives_claude_code_bare_through_a_local_model_server(tas
     from harness_gym.agents.factory import make_agent
     from harness_gym.bench.external import bench_policy
 
-    _require_installed("claude-code-bare")
+    require_cli("claude-code-bare")
     cli = load_cli("external:claude-code-bare")
     policy = bench_policy(functools.partial(make_agent, "hf", max_new_tokens=48), "model", cli, task)
     episode = run_external_episode(cli, task, policy, max_turns=2, wall_s=900)

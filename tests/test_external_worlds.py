@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import requires_bwrap
+from conftest import cli_solution, require_cli, requires_bwrap
 
 from harness_gym.external.catalog import load_cli, shipped_clis, validate_cli
 from harness_gym.external.install import install_path, installed
-from harness_gym.external.policies import DoNothingPolicy, ScriptedPolicy
+from harness_gym.external.policies import DoNothingPolicy
 from harness_gym.external.runner import run_external_episode, tree_bins
 from harness_gym.external.runtime import WorldRuntimeError, check_tree, read_elf
 from harness_gym.tasks import load_tasks
@@ -37,21 +37,6 @@ WHERE = "test -e /usr/bin/docker && echo hg-on-the-host || echo hg-in-the-world"
 @pytest.fixture(scope="module")
 def task() -> Task:
     return next(t for t in load_tasks("builtin") if t.id == TASK_ID)
-
-
-def _solution(task: Task, name: str, first: tuple[str, ...] = ()) -> ScriptedPolicy:
-    cli = load_cli(name)
-    commands = [*first, *(f"cd {task.mount_path} && {s['arguments']['command']}" for s in task.solution)]
-    if cli.data.get("submit_command"):
-        commands.append(cli.data["submit_command"])
-    tool, argument = cli.shell_tool
-    return ScriptedPolicy.shell(commands, tool=tool, argument=argument)
-
-
-def _require_installed(name: str) -> Path:
-    if installed(load_cli(name)) is None:
-        pytest.skip(f"{name} is not installed: harness-gym external install {name}")
-    return install_path(load_cli(name))
 
 
 # ---------------------------------------------------------------------------- self-contained trees
@@ -227,7 +212,7 @@ def test_a_script_entry_whose_runtime_the_world_lacks_is_a_clear_error(fake_worl
 
 
 def test_gym_env_and_bench_take_the_world_and_refuse_an_unknown_one(task: Task) -> None:
-    _require_installed("claude-code-bare")
+    require_cli("claude-code-bare")
     import gymnasium as gym
 
     with pytest.raises(WorldError, match="no-such-world"):
@@ -246,8 +231,8 @@ def test_gym_env_and_bench_take_the_world_and_refuse_an_unknown_one(task: Task) 
 
 @requires_bwrap
 def test_a_light_cli_runs_on_a_built_world_under_bubblewrap(task: Task, clawgym_world: Any) -> None:
-    _require_installed("claude-code-bare")
-    policy = _solution(task, "claude-code-bare", first=(WHERE,))
+    require_cli("claude-code-bare")
+    policy = cli_solution(task, "claude-code-bare", first=(WHERE,))
     episode = run_external_episode("external:claude-code-bare", task, policy, max_turns=10, wall_s=400, world="clawgym")
     record = episode.record
     assert record["outcome"] == "passed" and record["reward"] == 1.0, record["error"]
@@ -259,8 +244,8 @@ def test_a_light_cli_runs_on_a_built_world_under_bubblewrap(task: Task, clawgym_
 @pytest.mark.slow
 @requires_bwrap
 def test_mini_swe_agent_runs_on_a_world_from_its_own_interpreter(task: Task, clawgym_world: Any) -> None:
-    _require_installed("mini-swe-agent")
-    policy = _solution(task, "mini-swe-agent")
+    require_cli("mini-swe-agent")
+    policy = cli_solution(task, "mini-swe-agent")
     episode = run_external_episode("external:mini-swe-agent", task, policy, max_turns=10, wall_s=600, world="clawgym")
     assert episode.record["outcome"] == "passed" and episode.record["reward"] == 1.0, episode.record["error"]
 
@@ -269,12 +254,12 @@ def test_mini_swe_agent_runs_on_a_world_from_its_own_interpreter(task: Task, cla
 def test_a_light_cli_runs_in_docker_on_the_world(task: Task, docker_engine: Any, clawgym_world: Any) -> None:
     """Claude Code --bare in the Docker sandbox (network none, the tree bind-mounted read-only, the
     proxy through the host-side forwarder in its network namespace): the reference solves the task, doing nothing scores 0."""
-    _require_installed("claude-code-bare")
+    require_cli("claude-code-bare")
     host, _ = docker_engine
     options = {"docker_host": host} if host else None
-    tree = _require_installed("claude-code-bare")
+    tree = require_cli("claude-code-bare")
     escape = f"touch {tree}/hg-escape; chmod u+w {tree}; echo hg-tree-write=$?"  # root in the container
-    policy = _solution(task, "claude-code-bare", first=(WHERE, escape))
+    policy = cli_solution(task, "claude-code-bare", first=(WHERE, escape))
     solved = run_external_episode(
         "external:claude-code-bare",
         task,

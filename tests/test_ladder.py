@@ -113,6 +113,28 @@ def test_acting_on_the_wrong_file_fails(tmp_path):
 
 
 @requires_bwrap
+def test_the_reference_plan_states_no_argument_a_solver_could_not_know_yet():
+    """Rungs 2-4 take their later arguments (the count to write, the file that holds a word) from tool
+    output: a first-turn plan that spells them out teaches a trained model to state answers unseen.
+    Before: every step's arguments were in the plan."""
+    tasks = [t for t in validate_suite(EVERY).tasks if t.metadata["rung"] >= 2]
+    env = HarnessEnv("S0T0O0C0W0", tasks=tasks, max_steps=20)
+    try:
+        for task in tasks:
+            observation, _ = env.reset(options={"task_id": task.id})
+            agent = ReferenceAgent()
+            agent.reset(env)
+            first = str(agent.act(observation))
+            commands = [json.dumps(step["arguments"]["command"])[1:30] for step in task.solution]  # as the plan quotes
+            assert "Plan:" in first and commands[0] in first, first
+            for later in commands[1:]:
+                if later != commands[0]:
+                    assert later not in first, (task.id, later, first)
+    finally:
+        env.close()
+
+
+@requires_bwrap
 @pytest.mark.parametrize("config", ["S0T0O0C0W0", "S2T2O2C2W2"])
 def test_the_reference_agent_climbs_every_rung_in_a_sandbox(config):
     tasks = validate_suite(EVERY).tasks

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -62,6 +62,17 @@ _SHELL_EDIT = (
 
 def _abs(root: str, path: str) -> str:
     return path if path.startswith("/") else f"{root.rstrip('/')}/{path}"
+
+
+def _plan(current: tuple[str, dict[str, Any]], later: Sequence[tuple[str, dict[str, Any]]]) -> str:
+    """The plan a solver could write before any tool output: the first call with its arguments, the
+    later ones by tool only. Their arguments may come from output not yet seen (the count to write,
+    the file that holds a word), and a plan that names them teaches a trained model to state answers
+    it cannot know."""
+    name, arguments = current
+    steps = [f"1. {name} {json.dumps(arguments)[:60]}"]
+    steps += [f"{i}. {c}" + (f" {a['command']}" if c == "file_editor" else "") for i, (c, a) in enumerate(later, 2)]
+    return "Plan:\n" + "\n".join(steps)
 
 
 class ReferenceAgent:
@@ -124,8 +135,7 @@ class ReferenceAgent:
         canonical, arguments = self.pending
         text = ""
         if not self.planned:
-            steps = [f"{i}. {c} {json.dumps(a)[:60]}" for i, (c, a) in enumerate([self.pending, *self.queue], 1)]
-            text = "Plan:\n" + "\n".join(steps)
+            text = _plan(self.pending, self.queue)
             self.planned = True
         elif last.get("source") == "workflow" and last.get("role") == "user":
             text = f"Progress check: {self.env.steps} steps done, following the plan; {len(self.queue) + 1} actions remain."

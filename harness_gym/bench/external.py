@@ -61,11 +61,9 @@ def reference_policy(cli: ExternalCli, task: Task) -> ScriptedPolicy:
     """The task's reference solution, each step one call of the CLI's own shell tool in the
     workspace (``file_editor`` steps as a small Python command), then the CLI's submit command
     where it needs one. A step no shell command replays is refused, not skipped."""
-    commands = [f"cd {task.mount_path} && {_shell_step(step, task)}" for step in task.solution]
-    if cli.data.get("submit_command"):
-        commands.append(str(cli.data["submit_command"]))
-    tool, argument = cli.shell_tool
-    return ScriptedPolicy.shell(commands, tool=tool, argument=argument)
+    return ScriptedPolicy.cli_shell(
+        cli, [f"cd {task.mount_path} && {_shell_step(step, task)}" for step in task.solution]
+    )
 
 
 def bench_policy(agent_factory: Callable[[], Any], role: str, cli: ExternalCli, task: Task) -> Any:

@@ -24,9 +24,7 @@ def describe_cli(reference: str | ExternalCli, task_id: str = DESCRIBE_TASK) -> 
     """Run the describing episode and summarise the CLI's first agent request and its first tool result."""
     cli = load_cli(reference)
     task = next(t for t in load_tasks("builtin") if t.id == task_id)
-    tool, argument = cli.shell_tool
-    commands = [f"echo {MARKER}"] + ([str(cli.data["submit_command"])] if cli.data.get("submit_command") else [])
-    episode = run_external_episode(cli, task, ScriptedPolicy.shell(commands, tool=tool, argument=argument), max_turns=5)
+    episode = run_external_episode(cli, task, ScriptedPolicy.cli_shell(cli, [f"echo {MARKER}"]), max_turns=5)
     agent = [r for r in episode.proxy_records if not r["side"] and r.get("policy_request")]
     if not agent:
         raise RuntimeError(f"{cli.id} sent no agent request: {episode.record['error']}")

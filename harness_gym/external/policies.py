@@ -11,9 +11,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from harness_gym.llm_client import ChatClient, LLMError
+
+if TYPE_CHECKING:
+    from harness_gym.external.catalog import ExternalCli
 
 
 @dataclass
@@ -120,6 +123,14 @@ class ScriptedPolicy:
             for i, command in enumerate(commands)
         ]
         return cls(replies, final=final)
+
+    @classmethod
+    def cli_shell(cls, cli: ExternalCli, commands: Sequence[str], *, final: str = "Done.") -> ScriptedPolicy:
+        """``commands`` through ``cli``'s own shell tool, then its submit command where it needs one
+        (mini-swe-agent ends an episode only on it)."""
+        tool, argument = cli.shell_tool
+        submit = cli.data.get("submit_command")
+        return cls.shell([*commands, *([str(submit)] if submit else [])], tool=tool, argument=argument, final=final)
 
     def complete(self, request: PolicyRequest) -> PolicyReply:
         if request.side:
