@@ -242,3 +242,20 @@ def test_user_namespaces_are_made_outside_the_cache_lock_and_held_through_an_evi
         assert os.readlink(f"/proc/self/fd/{held}").startswith("user:")
     for fd in layers._USERNS.values():
         os.close(fd)
+
+
+def test_a_new_sandbox_leases_a_free_uid_whose_namespace_is_cached(source, monkeypatch):
+    """A spare is a new sandbox with no previous uid: it leased the next uid of the pool and made
+    that uid's namespace (two more processes to start) on a reset right after a reset."""
+    with BubblewrapSandbox() as first:
+        first.start(first.new_layered_workspace([source], _fill(source)), "/testbed")
+        uid = first.uid
+    assert uid in layers.cached_uids()
+
+    def refuse(uid: int) -> int:
+        raise AssertionError(f"made a namespace for uid {uid}")
+
+    monkeypatch.setattr(layers, "_make_userns", refuse)
+    with BubblewrapSandbox() as second:
+        second.start(second.new_layered_workspace([source], _fill(source)), "/testbed")
+        assert second.uid == uid and second.run("cat a.txt").output == "alpha\n"

@@ -190,7 +190,10 @@ class BubblewrapSandbox(ShellSandbox):
             # a sandbox asks for its previous uid first: its copy-on-write layer's idmapping is cached per uid
             previous = self._previous_uid
             start = _uid_cursor if previous is None else previous - isolation.uid_pool().start
-            self._lease = isolation.UidLease.acquire(start)
+            # then a free uid whose namespace is cached: a spare is a new sandbox with no previous
+            # uid, and making the namespace was two more processes to start on its clock
+            prefer = layers.cached_uids() if self._layer is not None else []
+            self._lease = isolation.UidLease.acquire(start, prefer=prefer if previous is None else [previous, *prefer])
             if previous is None:
                 _uid_cursor += 1
             self._previous_uid = self._lease.uid

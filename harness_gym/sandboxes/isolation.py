@@ -20,6 +20,7 @@ import ctypes
 import errno
 import fcntl
 import functools
+import itertools
 import json
 import os
 import secrets
@@ -31,7 +32,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -387,11 +388,12 @@ class UidLease:
     generation: str = ""
 
     @classmethod
-    def acquire(cls, start: int = 0) -> UidLease:
+    def acquire(cls, start: int = 0, prefer: Iterable[int] = ()) -> UidLease:
+        """The first free uid of ``prefer`` (those of the pool), else of the pool from ``start`` on."""
         folder = lock_dir()
         pool = uid_pool()
-        for offset in range(len(pool)):
-            uid = pool[(start + offset) % len(pool)]
+        preferred = [uid for uid in prefer if uid in pool]
+        for uid in itertools.chain(preferred, (pool[(start + offset) % len(pool)] for offset in range(len(pool)))):
             handle = os.open(folder / f"{uid}.lock", os.O_RDWR | os.O_CREAT, 0o600)
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -338,6 +338,13 @@ def _userns_for(uid: int) -> Iterator[int]:
         os.close(held)
 
 
+def cached_uids() -> list[int]:
+    """The uids whose idmapping namespace is cached, most recently used first (a sandbox that
+    leases one of them mounts its workspace without making a namespace)."""
+    with _USERNS_LOCK:
+        return list(reversed(_USERNS))
+
+
 # The namespace's holder is a fresh process, not a fork: a fork of a process whose libraries keep
 # thread pools (torch's OpenMP after its first matrix product) can come up with a thread that an
 # at-fork handler started, and a multithreaded process cannot unshare its user namespace (EINVAL).
