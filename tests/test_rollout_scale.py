@@ -206,7 +206,7 @@ def test_spares_are_made_by_as_many_workers_as_the_limit(monkeypatch):
     barrier = threading.Barrier(4, timeout=20)
     futures = [spare._start_in_background(barrier.wait) for _ in range(4)]  # each waits for the other three
     assert sorted(f.result(timeout=30) for f in futures) == [0, 1, 2, 3]
-    spare._starter.shutdown()
+    spare._starter.stop()
     monkeypatch.setattr(spare, "_starter", None)
     monkeypatch.delenv(spare.LIMIT_VARIABLE)
     assert spare.worker_limit() >= 1

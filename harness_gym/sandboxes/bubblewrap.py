@@ -188,7 +188,10 @@ class BubblewrapSandbox(ShellSandbox):
             # a sandbox asks for its previous uid first: its copy-on-write layer's idmapping is cached per uid
             previous = self._previous_uid
             start = None if previous is None else previous - isolation.uid_pool().start
-            self._lease = isolation.UidLease.acquire(start)
+            # then a free uid whose namespace is cached: a spare is a new sandbox with no previous
+            # uid, and making the namespace was two more processes to start on its clock
+            prefer = layers.cached_uids() if self._layer is not None else []
+            self._lease = isolation.UidLease.acquire(start, prefer=prefer if previous is None else [previous, *prefer])
             self._previous_uid = self._lease.uid
             isolation.registry().add("uid", self._lease.token)
             if self._layer is not None and not os.path.ismount(self.workspace):

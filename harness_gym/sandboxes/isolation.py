@@ -20,6 +20,7 @@ import ctypes
 import errno
 import fcntl
 import functools
+import itertools
 import json
 import os
 import resource
@@ -32,7 +33,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -432,16 +433,17 @@ class UidLease:
     generation: str = ""
 
     @classmethod
-    def acquire(cls, start: int | None = None) -> UidLease:
-        """The first free uid of the pool from offset ``start`` on (None: from this process's cursor,
-        which then moves past the uid found). Uids this process holds are skipped unopened; only
-        other processes' leases cost a lock file tried each."""
+    def acquire(cls, start: int | None = None, prefer: Iterable[int] = ()) -> UidLease:
+        """The first free uid of ``prefer`` (those in the pool), else of the pool from offset ``start``
+        on (None: from this process's cursor, which then moves past the uid found). Uids this process
+        holds are skipped unopened; only other processes' leases cost a lock file tried each."""
         global lock_files_tried, _uid_cursor
         folder = lock_dir()
         pool = uid_pool()
         begin = _uid_cursor if start is None else start
-        for offset in range(len(pool)):
-            uid = pool[(begin + offset) % len(pool)]
+        preferred: Iterable[tuple[int, int | None]] = ((uid, None) for uid in prefer if uid in pool)
+        scanned = ((pool[(begin + offset) % len(pool)], (begin + offset) % len(pool)) for offset in range(len(pool)))
+        for uid, position in itertools.chain(preferred, scanned):
             with _held_lock:
                 if uid in _held:
                     continue
@@ -470,9 +472,9 @@ class UidLease:
                     _acquire_failures.append(f"uid {uid}: {type(exc).__name__}: {exc}")
                     continue
                 raise
-            if start is None:
+            if start is None and position is not None:
                 with _held_lock:
-                    _uid_cursor = (begin + offset + 1) % len(pool)
+                    _uid_cursor = (position + 1) % len(pool)
             return lease
         raise RuntimeError(
             f"all {len(pool)} sandbox uids ({pool.start}-{pool.stop - 1}) are in use; "
