@@ -170,10 +170,12 @@ class PaddedReference:
 @contextlib.contextmanager
 def idle_sandboxes(count: int, task: Task) -> Iterator[None]:
     """``count`` started sandboxes on ``task``'s layered workspace (or a copy), idle while the body runs."""
-    started: list[Any] = []
+    from harness_gym.sandboxes import BubblewrapSandbox
+
+    started: list[BubblewrapSandbox] = []
     try:
         for _ in range(count):
-            sandbox = create_sandbox("bubblewrap")
+            sandbox = BubblewrapSandbox()
             started.append(sandbox)
             workspace = sandbox.new_layered_workspace(task.workspace_sources(), task.materialize)
             if workspace is None:
