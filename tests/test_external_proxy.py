@@ -439,6 +439,46 @@ def test_malformed_requests_get_a_clear_400_and_the_proxy_lives_on(proxy: ModelP
     assert post(proxy, path, good, channel.secret)[0] == 200
 
 
+def test_a_body_nested_too_deep_to_translate_is_a_recorded_400(proxy: ModelProxy) -> None:
+    """Gemini's schemas are translated recursively: a schema nested deeper than the interpreter's
+    recursion limit (yet shallow enough for the JSON decoder) was a dropped connection and no record."""
+    channel = proxy.open_rollout(DoNothingPolicy())
+    deep: Any = "x"
+    for _ in range(600):  # two frames a level in the translation, one in the decoder
+        deep = [deep]
+    tool = {"functionDeclarations": [{"name": "t", "parameters": {"type": "OBJECT", "enum": deep}}]}
+    body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "tools": [tool]}
+    for path in ("/v1beta/models/m:generateContent", "/v1beta/models/m:countTokens"):
+        status, text, _ = post(proxy, path, body, channel.secret)
+        assert status == 400 and "nested too deep" in json.loads(text)["error"]["message"], text
+    assert [r.status for r in channel.records] == [400, 400] and channel.agent_turns == 0
+    assert post(proxy, "/v1beta/models/m:generateContent", {**body, "tools": []}, channel.secret)[0] == 200
+
+
+def test_the_fast_json_paths_read_and_write_what_the_stdlib_does() -> None:
+    """orjson (where installed) decodes bodies and encodes SSE events; where it refuses or would read
+    a body otherwise (NaN, integers past 64 bits, lone surrogates, a BOM), the stdlib decides."""
+    from harness_gym.external.proxy.wire import compact, loads
+
+    for raw in [
+        b'{"a": 123456789012345678901234567890, "b": -9223372036854775809}',
+        b'{"a": NaN, "b": Infinity}',
+        b'{"a": "\\ud800"}',
+        b"\xef\xbb\xbf{}",
+        b'{"a": [1, 2.5, "\xc3\xa9", null, true], "a": 2}',
+    ]:
+        assert repr(loads(raw)) == repr(json.loads(raw)), raw
+    assert type(loads(b'{"a": 123456789012345678901234567890}')["a"]) is int
+    for raw in [b"{not json", b"", b"[1,]"]:
+        with pytest.raises(ValueError):
+            loads(raw)
+    with pytest.raises(RecursionError):  # orjson 3.8 recursed on the C stack here: a segfault
+        loads(b"[" * 200_000 + b"]" * 200_000)
+    stdlib = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+    for value in [{"a": "é\n\x01\u2028", "b": [1, None, True]}, {1: 2}, {"big": 2**70}]:
+        assert compact(value) == stdlib.encode(value).encode(), value
+
+
 def test_websocket_upgrades_and_wrong_methods_are_answered_at_once(proxy: ModelProxy) -> None:
     channel = proxy.open_rollout(DoNothingPolicy())
     started = time.monotonic()

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness_gym.external.policies import Policy, PolicyReply, PolicyRequest
-from harness_gym.external.proxy.wire import arguments_object
+from harness_gym.external.proxy.wire import arguments_object, loads
 
 
 @dataclass
@@ -37,8 +37,8 @@ class ProxyRecord:
         if self.raw is None:
             return None
         try:
-            body = json.loads(self.raw)
-        except (ValueError, UnicodeDecodeError):
+            body = loads(self.raw)
+        except (ValueError, UnicodeDecodeError, RecursionError):
             return None
         return body if isinstance(body, dict) else None
 
@@ -108,6 +108,7 @@ class RolloutChannel:
         self.lock = threading.Lock()
         self.policy_lock = threading.Lock()  # a rollout's policy answers one request at a time
         self.body_lock = threading.Lock()  # a rollout's request bodies are read one at a time
+        self._calls = CallIndex()  # the calls of the recorded replies, for ``verify``
         self._on_close = on_close
 
     def admit(self) -> str | None:
@@ -156,11 +157,9 @@ class RolloutChannel:
         (the forwarder is the host's), but it can send requests of its own through its sandbox's port
         with the secret it reads from the CLI's environment, so a forged call is flagged here, and the
         first one makes the rollout an error (``tampered``). The reason, or None."""
-        with self.lock:
-            replies = [r.policy_reply for r in self.records if r.policy_reply is not None]
-        forged = forged_calls(request.messages, replies, self.renamed_calls)
-        if forged and self.tampered is None:
-            with self.lock:
+        with self.lock:  # the index grows as records are added, and is read under the same lock
+            forged = self._calls.match(request.messages, self.renamed_calls)[1]
+            if forged and self.tampered is None:
                 self.tampered = (
                     f"the request history claims {len(forged)} tool call(s) the policy never made "
                     f"(first: {forged[0]['name']!r} id {forged[0]['id']!r}): something between the CLI and "
@@ -177,6 +176,8 @@ class RolloutChannel:
     def add(self, record: ProxyRecord) -> None:
         with self.lock:
             self.records.append(record)
+            if record.policy_reply is not None:
+                self._calls.add(record.policy_reply)
 
     @property
     def failed(self) -> str | None:
@@ -217,43 +218,67 @@ def history_calls(messages: Any) -> list[dict[str, Any]]:
     return calls
 
 
+class CallIndex:
+    """The tool calls recorded replies made, indexed as they are added: a history check per request
+    then costs O(calls claimed), not a rescan of every record (O(turns) a request, O(turns^2) a rollout)."""
+
+    def __init__(self, replies: Sequence[PolicyReply] = ()) -> None:
+        self.made: list[dict[str, Any]] = []
+        self.by_id: dict[str, list[int]] = {}  # id -> positions in ``made``
+        self._twins: dict[tuple[str, str], list[int]] = {}  # (name, arguments normalized) -> positions
+        self._keyed = 0  # the first position not in ``_twins`` yet (keys are made only when needed)
+        for reply in replies:
+            self.add(reply)
+
+    def add(self, reply: PolicyReply) -> None:
+        for call in reply.tool_calls:
+            self.by_id.setdefault(str(call["id"]), []).append(len(self.made))
+            self.made.append(call)
+
+    def _by_name_and_arguments(self) -> dict[tuple[str, str], list[int]]:
+        for position in range(self._keyed, len(self.made)):
+            call = self.made[position]
+            if isinstance(call["name"], str):  # another name equals no history's (always a string)
+                self._twins.setdefault((call["name"], _normalized(call["arguments"])), []).append(position)
+        self._keyed = len(self.made)
+        return self._twins
+
+    def match(self, messages: Any, renamed: tuple[str, ...] = ()) -> tuple[dict[str, str], list[dict[str, Any]]]:
+        """Match each call a history claims to a call of a recorded reply: by id (with the same name,
+        or a name in ``renamed``: a CLI that rewrites a refused call, as opencode names an unknown
+        tool's call ``invalid``), or, where the wire has no call ids (Gemini), by name and arguments,
+        each made call claimed once. (history id -> reply id, forged calls)."""
+        taken: set[int] = set()
+        matched: dict[str, str] = {}
+        rest = []
+        for call in history_calls(messages):  # ids first, so a forged copy of a real call cannot take its place
+            positions = self.by_id.get(call["id"], [])
+            known = self.made[positions[-1]] if positions else None
+            if known is not None and (known["name"] == call["name"] or call["name"] in renamed):
+                matched[call["id"]] = str(known["id"])
+                # one made call equal to it is claimed (the same call may have been made twice)
+                twin = next((p for p in positions if p not in taken and self.made[p] == known), None)
+                if twin is not None:
+                    taken.add(twin)
+            else:
+                rest.append(call)
+        forged = []
+        for call in rest:
+            group = self._by_name_and_arguments().get((call["name"], _normalized(call["arguments"])), [])
+            twin = next((p for p in group if p not in taken), None)
+            if twin is None:
+                forged.append(call)
+            else:
+                taken.add(twin)
+                matched[call["id"]] = str(self.made[twin]["id"])
+        return matched, forged
+
+
 def match_calls(
     messages: Any, replies: list[PolicyReply], renamed: tuple[str, ...] = ()
 ) -> tuple[dict[str, str], list[dict[str, Any]]]:
-    """Match each call a history claims to a call of a recorded reply: by id (with the same name, or a
-    name in ``renamed``: a CLI that rewrites a refused call, as opencode names an unknown tool's call
-    ``invalid``), or, where the wire has no call ids (Gemini), by name and arguments. (history id ->
-    reply id, forged calls)."""
-    made = [call for reply in replies for call in reply.tool_calls]
-    by_id = {str(call["id"]): call for call in made}
-    claimed = list(history_calls(messages))
-    matched: dict[str, str] = {}
-    unclaimed = list(made)
-    rest = []
-    for call in claimed:  # ids first, so a forged copy of a real call cannot take the real one's place
-        known = by_id.get(call["id"])
-        if known is not None and (known["name"] == call["name"] or call["name"] in renamed):
-            matched[call["id"]] = str(known["id"])
-            if known in unclaimed:
-                unclaimed.remove(known)
-        else:
-            rest.append(call)
-    forged = []
-    for call in rest:
-        twin = next(
-            (
-                c
-                for c in unclaimed
-                if c["name"] == call["name"] and _normalized(c["arguments"]) == _normalized(call["arguments"])
-            ),
-            None,
-        )
-        if twin is None:
-            forged.append(call)
-        else:
-            unclaimed.remove(twin)
-            matched[call["id"]] = str(twin["id"])
-    return matched, forged
+    """:meth:`CallIndex.match` over ``replies``."""
+    return CallIndex(replies).match(messages, renamed)
 
 
 def forged_calls(messages: Any, replies: list[PolicyReply], renamed: tuple[str, ...] = ()) -> list[dict[str, Any]]:
