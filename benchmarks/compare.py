@@ -41,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,13 +109,14 @@ def interleave(contenders: dict[str, Call], rounds: int) -> dict[str, dict[str, 
 class FloorShell:
     """The floor: a persistent bash in bubblewrap over a pipe, end marked by an echoed line."""
 
-    def __init__(self, own_session: bool = False) -> None:
+    def __init__(self, own_session: bool = False, bwrap: Sequence[str] = BWRAP) -> None:
+        # bwrap: its command line up to the shell (a reset's floor shows only the system and a workspace)
         # own_session: like every sandbox (bwrap --new-session, a process group to kill). Where the
         # kernel groups scheduling by session (sched_autogroup), a loaded machine then wakes it later
         # than a shell in the caller's own session
         extra = ["--new-session"] if own_session else []
         self.proc = subprocess.Popen(
-            [*BWRAP, *extra, "bash", "--noprofile", "--norc"],
+            [*bwrap, *extra, "bash", "--noprofile", "--norc"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             bufsize=0,
@@ -128,7 +129,10 @@ class FloorShell:
         self.stdin.write(f"{command}\necho __END__\n".encode())
         data = b""
         while not data.endswith(b"__END__\n"):
-            data += os.read(self.fd, 65536)
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                raise RuntimeError(f"the floor shell exited (status {self.proc.wait()})")
+            data += chunk
         return data
 
     def close(self) -> None:

@@ -1,13 +1,25 @@
-"""Environments at rollout scale: simultaneous resets, the first tool-server call, thread exits.
+"""Environments at rollout scale: resets alone and at once against one reset's floor, async vector
+environments against the floor's steps/s, sandboxes lost to thread exits and reclaims.
 
-    python benchmarks/rollout_scale.py [--environments 64] [--rounds 3] [--out benchmarks/results/rollout_scale.json]
+    python benchmarks/rollout_scale.py [--environments 64] [--rounds 3] [--single-rounds 10] [--out benchmarks/results/rollout_scale.json]
+    python benchmarks/rollout_scale.py --vector 32,64 [--vector-resets 20] [--vector-batches 200] [--out benchmarks/results/rollout_vector.json]
     python benchmarks/rollout_scale.py --losses 8,64,256 [--out benchmarks/results/rollout_losses.json]
 
-Measured (ms): ``--environments`` environments reset at once from a thread pool of that size, the
-first time (no spare) and again (warm spares, made by the spare pool), p50 and max per round; the
-first non-bash tool call (a file-editor view) of an episode whose sandbox was a spare; and how many
-sandboxes a pool's shutdown killed (reset in a pool, pool shut down, one command in each: lost when
-it does not answer in the same shell). Prints the figures and writes them as JSON.
+Measured (ms). One reset's floor (:class:`FloorReset`: a tmpfs, an overlay of the task's layer, a
+persistent bash in bwrap answering its first command), interleaved in shuffled rounds with a 0.5 s
+pause before each contender, against ``env.reset`` with its spare ready, right after a reset (the
+spare still being made: used up) and with no spare (another task each time). Then
+``--environments`` environments reset at once from a thread pool of that size (a pool per round,
+so its threads exit): the first time, right after a reset (every spare still being made: the worst
+case, reported as such), and after the spares were made (the time that took is reported: in a
+rollout the model's turn lasts seconds), p50, p90 and max; the first non-bash tool call of an
+episode whose sandbox was a spare; and how many sandboxes a pool's shutdown killed (one command
+in each: lost when it does not answer in the same shell). The targets of issue 27 are checked as
+ratios to the floor's p50. Prints the figures and writes them as JSON.
+
+``--vector``: ``gym.make_vec(..., vectorization_mode="async")`` at each count: resets that crash
+(of ``--vector-resets``), and steps per second of a bash `true` in every environment against as
+many floor shells stepped the same way, batch by batch interleaved (target 0.6x).
 
 ``--losses`` counts only what an RL run must never meet, at each number of environments: an owner
 process holding that many sandboxes is killed with -9 (its uids are leased again by this process,
@@ -25,9 +37,13 @@ process's start may reclaim the dead owner first).
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
+import itertools
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -35,11 +51,15 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from compare import FloorShell  # noqa: E402
 
 
 def _task(root: Path) -> Any:
@@ -68,26 +88,177 @@ def _uptime() -> str:
 
 def _summary(values: list[float]) -> dict[str, float]:
     ordered = sorted(values)
-    return {"p50": round(statistics.median(ordered), 1), "max": round(ordered[-1], 1), "n": len(ordered)}
+    p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+    return {
+        "p50": round(statistics.median(ordered), 1),
+        "p90": round(p90, 1),
+        "max": round(ordered[-1], 1),
+        "n": len(ordered),
+    }
 
 
-def measure(count: int, rounds: int) -> dict[str, Any]:
+def floor_bwrap() -> list[str]:
+    """The floor's bwrap up to its shell: the system folders read-only, as sandboxes show them
+    (compare.py's ``--ro-bind / /`` races other processes' workspace mounts on a busy host: bwrap's
+    recursive remount fails when one goes meanwhile)."""
+    from harness_gym.sandboxes import bubblewrap
+
+    argv = ["bwrap", "--unshare-all", "--die-with-parent", "--dev", "/dev", "--proc", "/proc"]
+    for path in bubblewrap.SYSTEM_DIRS:
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    return argv
+
+
+class FloorReset:
+    """One reset's floor, self-timed (ms): a size-limited tmpfs with an overlay of the task's layer
+    on it (as copy-on-write workspaces are made), and a persistent bash in bwrap in its own session
+    with the overlay at /workspace, until it answers its first command (compare.py's floor shell).
+    What any reset on such workspaces must do at least: no uid lease, cgroup, idmapping, seccomp,
+    registry or tool server. The previous one is closed before the clock starts (harness-gym
+    closes a finished sandbox in the background too)."""
+
+    self_timed = True
+
+    def __init__(self, source: Path) -> None:
+        from harness_gym.sandboxes import layers
+
+        def fill(staging: Path) -> None:
+            shutil.copytree(source, staging, dirs_exist_ok=True, symlinks=True)
+
+        self.layer = layers.shared_layer([source], fill) if layers.available() else None
+        self.source = source
+        self.system = floor_bwrap()
+        self.held: tuple[Path, Any] | None = None
+
+    def __call__(self) -> float:
+        from harness_gym.sandboxes import isolation, layers
+
+        self.close()
+        started = time.perf_counter()
+        if self.layer is not None:
+            workspace = layers.prepare(64)
+            layers.mount(workspace, self.layer, None)
+        else:  # no overlayfs here: the workspace is copied, as harness-gym then does
+            workspace, _ = isolation.new_workspace(64)
+            shutil.copytree(self.source, workspace, dirs_exist_ok=True, symlinks=True)
+        shell = FloorShell(own_session=True, bwrap=[*self.system, "--bind", str(workspace), "/workspace"])
+        self.held = (workspace, shell)
+        shell.run("true")
+        return (time.perf_counter() - started) * 1000
+
+    def close(self) -> None:
+        from harness_gym.sandboxes import isolation, layers
+
+        if self.held is not None:
+            workspace, shell = self.held
+            shell.close()
+            (layers.release if self.layer is not None else isolation.release_workspace)(workspace)
+            self.held = None
+
+
+class AfterAReset:
+    """``env.reset`` right after a reset (self-timed, ms): the spare the first one started is still
+    being made, so the second waits for it (a spare used up)."""
+
+    self_timed = True
+
+    def __init__(self, env: Any) -> None:
+        self.env = env
+
+    def __call__(self) -> float:
+        self.env.reset(seed=0)
+        return _timed_reset(self.env)
+
+
+def _interleaved(contenders: dict[str, Callable[[], float]], rounds: int, pause_s: float) -> dict[str, list[float]]:
+    """Each contender once per round, in an order shuffled each round, ``pause_s`` before each (what
+    one started in the background settles, as it does during a model's turn)."""
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    order = list(contenders.items())
+    shuffler = random.Random(0)
+    for _ in range(rounds):
+        shuffler.shuffle(order)
+        for name, call in order:
+            time.sleep(pause_s)
+            samples[name].append(call())
+    return samples
+
+
+def _settled(envs: list[Any], limit_s: float) -> float:
+    """Wait until every environment's spare is made and its finished sandboxes are closed (at most
+    ``limit_s``): how long it took, in seconds (``limit_s`` when they were not)."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < limit_s:
+        if all(env._spare.holds() is not None and env._spare.idle() for env in envs):
+            break
+        time.sleep(0.01)
+    return round(time.perf_counter() - started, 2)
+
+
+SINGLE = {
+    "floor": "floor: tmpfs + overlay + bash in bwrap, first answer",
+    "ready": "env.reset, spare ready (made during the model's turn)",
+    "after": "env.reset right after a reset (spare used up)",
+    "none": "env.reset, no spare (another task each time)",
+}
+AT_ONCE = {
+    "first": "first (no spare)",
+    "not_ready": "right after a reset (spares not ready: the worst case)",
+    "ready": "spares ready (made during the model's turn)",
+}
+TARGETS = {"at_once_p50_vs_floor": 2.0, "at_once_max_ms": 1000.0, "after_a_reset_p50_vs_floor": 1.5}
+
+
+def measure(
+    count: int, rounds: int, single_rounds: int = 10, pause_s: float = 0.5, settle_limit_s: float = 120.0
+) -> dict[str, Any]:
+    """One reset alone (interleaved with the floor, ``single_rounds``), then ``count`` environments
+    resetting at once (``rounds`` of spares not ready and ready)."""
     from harness_gym import HarnessEnv
 
     with tempfile.TemporaryDirectory(prefix="hg-scale-") as folder:
         task = _task(Path(folder))
-        envs = [HarnessEnv("S0T0O0C0W0", tasks=[task], max_steps=50) for _ in range(count)]
+        other = dataclasses.replace(task, id="scale-other")
+        floor = FloorReset(task.workspace_dir)
+        single_envs = [HarnessEnv("S0T0O0C0W0", tasks=[task], max_steps=50) for _ in range(2)]
+        alternating = HarnessEnv("S0T0O0C0W0", tasks=[task, other], max_steps=50)
+        switch = itertools.cycle([other.id, task.id])
+        for env in single_envs:
+            env.reset(seed=0)
+        contenders: dict[str, Callable[[], float]] = {
+            SINGLE["floor"]: floor,
+            SINGLE["ready"]: functools.partial(_timed_reset, single_envs[0]),
+            SINGLE["after"]: AfterAReset(single_envs[1]),
+            SINGLE["none"]: lambda: _timed_reset_to(alternating, next(switch)),
+        }
         try:
-            resets: dict[str, list[float]] = {}
+            single = _interleaved(contenders, single_rounds, pause_s)
+        finally:
+            floor.close()
+            for env in [*single_envs, alternating]:
+                env.close()
+
+        envs = [HarnessEnv("S0T0O0C0W0", tasks=[task], max_steps=50) for _ in range(count)]
+        at_once: dict[str, list[float]] = {label: [] for label in AT_ONCE.values()}
+        settle_s: list[float] = []
+        try:
             for round_ in range(rounds + 1):
+                kind = "first" if round_ == 0 else "not_ready"
+                with ThreadPoolExecutor(max_workers=count) as pool:  # a pool per round: threads that exit
+                    at_once[AT_ONCE[kind]] += pool.map(_timed_reset, envs)
+                if round_ == 0:
+                    continue
+                settle_s.append(_settled(envs, settle_limit_s))
+                time.sleep(pause_s)  # the tool servers the spares primed start meanwhile
                 with ThreadPoolExecutor(max_workers=count) as pool:
-                    times = list(pool.map(_timed_reset, envs))
-                label = "first (no spare)" if round_ == 0 else "with spares" if round_ > 1 else "second (no spare yet)"
-                resets.setdefault(label, []).extend(times)
-                time.sleep(2.0)  # the spares are made meanwhile
+                    at_once[AT_ONCE["ready"]] += pool.map(_timed_reset, envs)
             lost = 0
             first_tool: list[float] = []
             call = '<tool_call>{"name": "file_editor", "arguments": {"command": "view", "path": "/workspace/a.txt"}}</tool_call>'
+            time.sleep(pause_s)
             for env in envs:
                 sandbox: Any = env.sandbox
                 shell = sandbox._proc
@@ -99,12 +270,42 @@ def measure(count: int, rounds: int) -> dict[str, Any]:
         finally:
             for env in envs:
                 env.close()
+    floor_p50 = statistics.median(single[SINGLE["floor"]])
+    ready = _summary(at_once[AT_ONCE["ready"]])
+    after = statistics.median(single[SINGLE["after"]])
+    ratios = {
+        "at_once_p50_vs_floor": round(ready["p50"] / floor_p50, 3),
+        "at_once_max_ms": ready["max"],
+        "after_a_reset_p50_vs_floor": round(after / floor_p50, 2),
+        "at_once_not_ready_p50_vs_floor": round(statistics.median(at_once[AT_ONCE["not_ready"]]) / floor_p50, 2),
+    }
     return {
+        "uptime": _uptime(),
         "environments": count,
-        "resets_ms": {label: _summary(values) for label, values in resets.items()},
+        "spare_workers": spare_workers(),
+        "one_reset_ms": {label: _summary(values) for label, values in single.items()},
+        "resets_at_once_ms": {label: _summary(values) for label, values in at_once.items()},
+        "spares_ready_after_s": settle_s,
+        "ratios": ratios,
+        "targets": {
+            name: {"target": limit, "value": ratios[name], "met": ratios[name] <= limit}
+            for name, limit in TARGETS.items()
+        },
         "first_tool_server_call_ms": _summary(first_tool),
         "lost_to_pool_shutdowns": lost,
     }
+
+
+def _timed_reset_to(env: Any, task_id: str) -> float:
+    started = time.perf_counter()
+    env.reset(seed=0, options={"task_id": task_id})
+    return (time.perf_counter() - started) * 1000
+
+
+def spare_workers() -> int:
+    from harness_gym.sandboxes import spare
+
+    return spare.worker_limit()
 
 
 def _lost(envs: list[Any]) -> int:
@@ -128,9 +329,9 @@ def _lost(envs: list[Any]) -> int:
 def hold(count: int, task_root: Path, cursor: int) -> None:
     """The owner to be killed: ``count`` live sandboxes, then a line on stdout, then wait."""
     from harness_gym import HarnessEnv
-    from harness_gym.sandboxes import bubblewrap
+    from harness_gym.sandboxes import isolation
 
-    bubblewrap._uid_cursor = cursor  # where its uid search starts (random per process otherwise)
+    isolation._uid_cursor = cursor  # where its uid search starts (random per process otherwise)
     task = _task(task_root)
     envs = [HarnessEnv("S0T0O0C0W0", tasks=[task], max_steps=50) for _ in range(count)]
     with ThreadPoolExecutor(max_workers=min(count, 16)) as pool:
@@ -180,7 +381,7 @@ def private_host_state() -> Path:
 def losses(count: int, seed: int) -> dict[str, Any]:
     """The sandboxes lost to thread exits, pool shutdowns and a reclaim pass, at ``count`` environments."""
     from harness_gym import HarnessEnv
-    from harness_gym.sandboxes import bubblewrap, isolation
+    from harness_gym.sandboxes import isolation
 
     rng = random.Random(seed)
     cursor = int.from_bytes(os.urandom(2), "big")
@@ -190,7 +391,7 @@ def losses(count: int, seed: int) -> dict[str, Any]:
         # the pass below finds its registry log with uids this process has leased again since
         isolation.registry()
         dead_uids = _dead_owner(count, folder, cursor)
-        bubblewrap._uid_cursor = cursor  # this process's uid search starts where the dead owner's did
+        isolation._uid_cursor = cursor  # this process's uid search starts where the dead owner's did
         task = _task(folder)
         envs = [HarnessEnv("S0T0O0C0W0", tasks=[task], max_steps=50) for _ in range(count)]
         try:
@@ -232,13 +433,91 @@ def losses(count: int, seed: int) -> dict[str, Any]:
     }
 
 
+def _floor_batch(floors: list[Any]) -> None:
+    """One `true` in each floor shell, all sent before any answer is read (as a vector env steps)."""
+    for floor in floors:
+        floor.stdin.write(b"true\necho __END__\n")
+    for floor in floors:
+        data = b""
+        while not data.endswith(b"__END__\n"):
+            chunk = os.read(floor.fd, 65536)
+            if not chunk:
+                raise RuntimeError("a floor shell exited")
+            data += chunk
+
+
+def vector(count: int, resets: int, batches: int) -> dict[str, Any]:
+    """``gym.make_vec(..., vectorization_mode="async")`` with ``count`` environments: ``resets``
+    resets (a crash counts, the run goes on), then ``batches`` steps of a bash `true` in every
+    environment, interleaved batch by batch with ``count`` floor shells stepped the same way."""
+    import gymnasium as gym
+
+    import harness_gym  # noqa: F401  (registers the ids)
+
+    crashes: list[str] = []
+    envs = gym.make_vec("Harness-S0T0O0C0W0", num_envs=count, vectorization_mode="async")
+    floors = [FloorShell(own_session=True, bwrap=floor_bwrap()) for _ in range(count)]
+    vec_s: list[float] = []
+    floor_s: list[float] = []
+    try:
+        infos: dict[str, Any] = {}
+        reset_ms: list[float] = []
+        for seed in range(resets):
+            started = time.perf_counter()
+            try:
+                _, infos = envs.reset(seed=seed)
+            except Exception as exc:  # counted, not raised: the figure is how many of the resets crash
+                crashes.append(f"reset {seed}: {type(exc).__name__}: {exc}"[:300])
+                envs.close()
+                envs = gym.make_vec("Harness-S0T0O0C0W0", num_envs=count, vectorization_mode="async")
+                continue
+            reset_ms.append((time.perf_counter() - started) * 1000)
+        if not infos:
+            raise RuntimeError(f"no reset of {count} async environments succeeded: {crashes[:3]}")
+        call = '<tool_call>{"name": "%s", "arguments": {"command": "true"}}</tool_call>'
+        actions = tuple(call % name for name in infos["tool_names"]["execute_bash"])
+        envs.step(actions)  # warm: the first step of an episode
+        _floor_batch(floors)
+        for index in range(batches):
+            for side in ("vec", "floor") if index % 2 == 0 else ("floor", "vec"):
+                started = time.perf_counter()
+                if side == "vec":
+                    envs.step(actions)  # an episode that ends is reset at the next step (autoreset)
+                else:
+                    _floor_batch(floors)
+                (vec_s if side == "vec" else floor_s).append(time.perf_counter() - started)
+    finally:
+        envs.close()
+        for floor in floors:
+            floor.close()
+    vec_rate, floor_rate = count * len(vec_s) / sum(vec_s), count * len(floor_s) / sum(floor_s)
+    return {
+        "environments": count,
+        "resets": resets,
+        "crashed_resets": len(crashes),
+        "crashes": crashes[:5],
+        "reset_ms": _summary(reset_ms) if reset_ms else None,
+        "steps_per_s": round(vec_rate, 1),
+        "floor_steps_per_s": round(floor_rate, 1),
+        "steps_per_s_vs_floor": round(vec_rate / floor_rate, 3),
+        "target_vs_floor": 0.6,
+        "met": not crashes and vec_rate / floor_rate >= 0.6,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--environments", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=3, help="resets with spares after the first two")
+    parser.add_argument("--rounds", type=int, default=3, help="resets at once, spares not ready and ready")
+    parser.add_argument("--single-rounds", type=int, default=10, help="one reset alone against the floor")
     parser.add_argument(
         "--losses", help="comma-separated numbers of environments: count the sandboxes lost, measure nothing"
     )
+    parser.add_argument(
+        "--vector", help="comma-separated numbers of async vector environments: resets and steps/s only"
+    )
+    parser.add_argument("--vector-resets", type=int, default=20)
+    parser.add_argument("--vector-batches", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--shared-state", action="store_true", help="--losses: the host's state folder and uid pool, not the run's own"
@@ -254,6 +533,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.environments < 1 or args.rounds < 1:
         parser.error("--environments and --rounds must be at least 1")
     results = ROOT / "benchmarks" / "results"
+    if args.vector is not None:
+        counts = [int(part) for part in args.vector.split(",") if part.strip().isdigit()]
+        if not counts or min(counts) < 1:
+            parser.error(f"--vector takes numbers of environments separated by commas, got {args.vector!r}")
+        runs = [vector(count, args.vector_resets, args.vector_batches) for count in counts]
+        report = {"uptime": _uptime(), "runs": runs, "passed": all(run["met"] for run in runs)}
+        print(json.dumps(report, indent=2))
+        out = args.out or results / "rollout_vector.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2) + "\n")
+        return 0 if report["passed"] else 1
     if args.losses is not None:
         try:
             counts = [int(part) for part in args.losses.split(",")]
@@ -266,8 +556,6 @@ def main(argv: list[str] | None = None) -> int:
             runs = [losses(count, args.seed + index) for index, count in enumerate(counts)]
         finally:
             if state is not None:
-                import shutil
-
                 shutil.rmtree(state, ignore_errors=True)
         failed = [
             run["environments"]
@@ -282,7 +570,7 @@ def main(argv: list[str] | None = None) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(report, indent=2) + "\n")
         return 1 if failed else 0
-    result = measure(args.environments, args.rounds)
+    result = measure(args.environments, args.rounds, args.single_rounds)
     print(json.dumps(result, indent=2))
     out = args.out or results / "rollout_scale.json"
     out.parent.mkdir(parents=True, exist_ok=True)

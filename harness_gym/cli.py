@@ -466,9 +466,16 @@ def _cmd_external(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive(text: str) -> int:
+    """An argparse type: a whole number of at least 1."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    return int(text)
+
+
 def _cmd_doctor(args: argparse.Namespace) -> int:
     docker = {"auto": None, "require": True, "skip": False}[args.docker]
-    checks = doctor.run_checks(workers=args.workers, docker=docker, clean=args.clean)
+    checks = doctor.run_checks(workers=args.workers, docker=docker, clean=args.clean, sandboxes=args.sandboxes)
     print(json.dumps(doctor.as_records(checks)) if args.json else doctor.table(checks))
     return 1 if doctor.failed(checks) else 0
 
@@ -686,6 +693,11 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument("--clean", action="store_true", help="first reclaim what killed harness-gym processes left")
     doctor.add_argument(
         "--docker", choices=["auto", "require", "skip"], default="auto", help="check Docker: if present, always, never"
+    )
+    doctor.add_argument(
+        "--sandboxes",
+        type=_positive,
+        help="fail unless this many concurrent environments fit this host's limits (pid_max, descriptors, uids...)",
     )
     doctor.add_argument("--json", action="store_true", help="print the checks as JSON")
     doctor.set_defaults(func=_cmd_doctor)

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from harness_gym.external.install import list_installs
-from harness_gym.sandboxes import isolation
+from harness_gym.sandboxes import isolation, spare
 from harness_gym.sandboxes.base import SandboxError
 from harness_gym.sandboxes.bubblewrap import BubblewrapSandbox
 from harness_gym.sandboxes.docker import remove_orphaned_containers
@@ -32,8 +32,14 @@ MIN_MEMORY_PER_WORKER_MB = 256  # below this a typical episode (python, git, a t
 # an environment holds its sandbox and a warm spare; measured on an idle sandbox (bwrap, its init,
 # bash, the tool server): its processes, and the descriptors its owner process keeps open for it
 SANDBOXES_PER_ENVIRONMENT = 2
-IDLE_PROCESSES_PER_SANDBOX = 5
-FDS_PER_SANDBOX = 8
+IDLE_PROCESSES_PER_SANDBOX = 5  # measured 4: bwrap, its init, bash, the tool server
+FDS_PER_SANDBOX = isolation.DESCRIPTORS_PER_SANDBOX + 2  # in the owner process (measured 6), with room
+HOST_FDS_PER_SANDBOX = 32  # host-wide (fs.file-max): the owner's and the sandbox processes' own (measured 28)
+IDLE_MEMORY_MB_PER_SANDBOX = (
+    10  # measured 9.0 charged to its cgroup, 8.4 PSS, at 512 idle (benchmarks/idle_sandboxes.py)
+)
+NAMESPACES_PER_SANDBOX = 1  # of each kind (user, mount, pid, net, ipc, uts, cgroup)
+HOST_MOUNTS_PER_SANDBOX = 2  # as root, in the owner's mount namespace: the workspace tmpfs (measured 1), its overlay
 
 
 @dataclass(frozen=True)
@@ -43,15 +49,19 @@ class Check:
     detail: str
 
 
-def run_checks(workers: int = 1, docker: bool | None = None, clean: bool = False) -> list[Check]:
+def run_checks(
+    workers: int = 1, docker: bool | None = None, clean: bool = False, sandboxes: int | None = None
+) -> list[Check]:
     """Every check, for ``workers`` sandboxes at once. ``docker``: True requires an engine, None
-    reports it, False skips it."""
+    reports it, False skips it. ``sandboxes``: a target number of concurrent environments the
+    capacity check must reach (fail below it)."""
     checks: list[Check] = []
     if clean:
         checks.append(_clean())
     checks += [_state_folder(), _leftovers(), _bubblewrap()]
     checks += _sandbox_and_limits()
     checks += [_disk(workers), _memory(workers), _processes(workers), _uid_pool(workers), _file_descriptors(workers)]
+    checks.append(_guard("capacity", lambda: capacity_check(read_host_limits(), sandboxes)))
     checks += [_worlds(), _external()]
     if docker is not False:
         checks.append(_docker(required=bool(docker)))
@@ -251,11 +261,198 @@ def _file_descriptors(workers: int) -> Check:
         detail = f"RLIMIT_NOFILE {soft} (hard {hard}), fs.file-max {file_max}; {workers} environments in one process need about {need}"
         if need > min(hard, file_max):
             return Check("file descriptors", FAIL, detail + ": raise the hard limit (ulimit -Hn) or fs.file-max")
-        if need > soft:
-            return Check("file descriptors", WARN, detail + f": raise the soft limit (ulimit -n {hard})")
+        if need > soft:  # the first sandbox raises the soft limit to the hard one
+            return Check("file descriptors", OK, detail + f" (the soft limit is raised to {hard} at the first sandbox)")
         return Check("file descriptors", OK, detail)
 
     return _guard("file descriptors", run)
+
+
+# ----------------------------------------------------------------------------- capacity
+
+
+@dataclass(frozen=True)
+class HostLimits:
+    """The host limits concurrent sandboxes consume, each as headroom left now (what already runs
+    is subtracted). ``None``: no such limit here (or it does not bind this caller)."""
+
+    pid_max: int | None
+    threads_max: int | None
+    cgroup_pids: tuple[str, int] | None  # (the cgroup, pids.max - pids.current) of this process
+    nproc: int | None  # RLIMIT_NPROC headroom (binds only when not root: every sandbox runs as the caller)
+    descriptors: int  # RLIMIT_NOFILE hard headroom of one owner process
+    file_max: int | None
+    memory_mb: int
+    uid_pool: int | None  # sandbox uids (root only)
+    user_namespaces: int | None  # per-user limit (binds when not root: every sandbox's namespace is the caller's)
+    mounts: int | None  # fs.mount-max less this mount namespace's mounts (root: workspaces are host mounts)
+    root: bool
+    spares: bool
+
+
+def _number(path: str) -> int | None:
+    try:
+        text = Path(path).read_text().split()[0]
+    except (OSError, IndexError):
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _own_cgroup_pids() -> tuple[str, int] | None:
+    """The tightest pids.max (less pids.current) over this process's cgroup and its ancestors, v1 or v2."""
+    best: tuple[str, int] | None = None
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            if controllers == "":
+                mount = isolation.CGROUP_ROOT
+            elif "pids" in controllers.split(","):
+                mount = isolation.CGROUP_ROOT / "pids"
+            else:
+                continue
+            folder = mount / path.lstrip("/")
+            while folder != mount.parent:
+                limit, current = _number(str(folder / "pids.max")), _number(str(folder / "pids.current"))
+                if limit is not None and current is not None and (best is None or limit - current < best[1]):
+                    best = (str(folder), limit - current)
+                if folder == mount:
+                    break
+                folder = folder.parent
+    return best
+
+
+def read_host_limits() -> HostLimits:
+    """This host's limits, as headroom for new sandboxes."""
+    # every thread holds a pid too: field 4 of loadavg is running/total threads (processes if unreadable)
+    threads = sum(entry.isdigit() for entry in os.listdir("/proc"))
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        threads = int(Path("/proc/loadavg").read_text().split()[3].partition("/")[2])
+    pid_max, threads_max = _number("/proc/sys/kernel/pid_max"), _number("/proc/sys/kernel/threads-max")
+    root = isolation.is_root()
+    nproc = None
+    if not root:
+        soft = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+        if soft != resource.RLIM_INFINITY:
+            mine = sum(1 for entry in Path("/proc").iterdir() if entry.name.isdigit() and _owned(entry))
+            nproc = soft - mine
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    nr_open = _number("/proc/sys/fs/nr_open") or 1_048_576
+    per_process = nr_open if hard == resource.RLIM_INFINITY else min(hard, nr_open)
+    file_nr = Path("/proc/sys/fs/file-nr").read_text().split() if Path("/proc/sys/fs/file-nr").exists() else []
+    file_max = int(file_nr[2]) - int(file_nr[0]) if len(file_nr) == 3 else _number("/proc/sys/fs/file-max")
+    info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
+    user_ns = _number("/proc/sys/user/max_user_namespaces")
+    return HostLimits(
+        pid_max=None if pid_max is None else pid_max - threads,
+        threads_max=None if threads_max is None else threads_max - threads,
+        cgroup_pids=_own_cgroup_pids(),
+        nproc=nproc,
+        descriptors=per_process - len(os.listdir("/proc/self/fd")),
+        file_max=file_max,
+        memory_mb=int(info["MemAvailable"].split()[0]) >> 10,
+        uid_pool=len(isolation.uid_pool()) if root else None,
+        user_namespaces=None if root else user_ns,
+        mounts=_mount_headroom() if root else None,
+        root=root,
+        spares=spare.enabled(),
+    )
+
+
+def _mount_headroom() -> int | None:
+    limit = _number("/proc/sys/fs/mount-max")
+    if limit is None:
+        return None
+    try:
+        return limit - len(Path("/proc/self/mountinfo").read_text().splitlines())
+    except OSError:
+        return None
+
+
+def _owned(entry: Path) -> bool:
+    with contextlib.suppress(OSError):
+        return entry.stat().st_uid == os.getuid()
+    return False
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One limit: how many environments it allows and what raises it."""
+
+    name: str
+    headroom: int
+    per_environment: int
+    environments: int
+    fix: str
+
+
+def capacity(limits: HostLimits) -> list[Bound]:
+    """How many concurrent environments (a sandbox and, with spares on, its warm spare each) each
+    limit allows, the tightest first: the first binds."""
+    boxes = SANDBOXES_PER_ENVIRONMENT if limits.spares else 1
+    rows: list[tuple[str, int | None, int, str]] = [
+        ("kernel.pid_max", limits.pid_max, IDLE_PROCESSES_PER_SANDBOX, "sysctl -w kernel.pid_max=4194304"),
+        ("kernel.threads-max", limits.threads_max, IDLE_PROCESSES_PER_SANDBOX, "sysctl -w kernel.threads-max=4194304"),
+        (
+            f"cgroup pids.max ({limits.cgroup_pids[0]})" if limits.cgroup_pids else "cgroup pids.max",
+            limits.cgroup_pids[1] if limits.cgroup_pids else None,
+            IDLE_PROCESSES_PER_SANDBOX,
+            "raise that cgroup's pids.max (TasksMax= of the systemd unit or slice, or the job's pids limit)",
+        ),
+        ("RLIMIT_NPROC", limits.nproc, IDLE_PROCESSES_PER_SANDBOX, "ulimit -u (nproc in limits.conf), or run as root"),
+        (
+            "RLIMIT_NOFILE (hard, one owner process)",
+            limits.descriptors,
+            FDS_PER_SANDBOX,
+            "ulimit -Hn (LimitNOFILE= in systemd, nofile in limits.conf), or spread environments over processes",
+        ),
+        ("fs.file-max", limits.file_max, HOST_FDS_PER_SANDBOX, "sysctl -w fs.file-max=9223372036854775807"),
+        ("memory", limits.memory_mb, IDLE_MEMORY_MB_PER_SANDBOX, "more memory, or fewer environments on this node"),
+        (
+            "uid pool",
+            limits.uid_pool,
+            1,
+            f"a larger {isolation.UID_COUNT_VARIABLE} (uids free of accounts and /etc/subuid ranges)",
+        ),
+        (
+            "fs.mount-max",
+            limits.mounts,
+            HOST_MOUNTS_PER_SANDBOX,
+            "sysctl -w fs.mount-max=1000000 (each workspace is a tmpfs mount in this mount namespace)",
+        ),
+        (
+            "user.max_user_namespaces",
+            limits.user_namespaces,
+            NAMESPACES_PER_SANDBOX,
+            "sysctl -w user.max_user_namespaces=... (mount, pid, net, ipc, uts namespaces alike), or run as root "
+            "(a uid per sandbox)",
+        ),
+    ]
+    bounds = [
+        Bound(name, max(headroom, 0), per * boxes, max(headroom, 0) // (per * boxes), fix)
+        for name, headroom, per, fix in rows
+        if headroom is not None
+    ]
+    return sorted(bounds, key=lambda bound: bound.environments)
+
+
+def capacity_check(limits: HostLimits, target: int | None = None) -> Check:
+    """The concurrent environments this host supports, the limit that binds first and its fix;
+    ``fail`` below ``target``."""
+    bounds = capacity(limits)
+    first = bounds[0]
+    spares = "with its warm spare" if limits.spares else "no spare"
+    detail = (
+        f"about {first.environments} concurrent environments (a sandbox {spares} each); binds first: "
+        f"{first.name} ({first.headroom} left, {first.per_environment} per environment): {first.fix}; then "
+        + ", ".join(f"{bound.name} {bound.environments}" for bound in bounds[1:4])
+    )
+    if target is None:
+        return Check("capacity", OK, detail)
+    short = [bound for bound in bounds if bound.environments < target]
+    if not short:
+        return Check("capacity", OK, f"{target} environments fit; " + detail)
+    fixes = "; ".join(f"{bound.name} allows {bound.environments}: {bound.fix}" for bound in short)
+    return Check("capacity", FAIL, f"{target} environments do not fit: {fixes}")
 
 
 def _worlds() -> Check:

@@ -15,7 +15,7 @@ import copy
 import dataclasses
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,6 +140,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         self._sandboxes: dict[tuple[str, str | None, str | None], Sandbox] = {}  # (backend, image, world digest)
         self._spare: spare.WarmSpare[Sandbox] = spare.WarmSpare()  # the next episode's sandbox, warm
         self._last_task: Task | None = None  # a spare is made for a task reset to twice in a row
+        self._next_spare: tuple[Hashable, Callable[[], Sandbox]] | None = None  # asked for by this reset
         self.summarizer = summarizer
         self.resample_names = resample_names
         self.include_skills = include_skills
@@ -181,11 +182,23 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         super().reset(seed=seed)
-        options = options or {}
         # a reset mid-episode is Gymnasium's right, and it leaves that episode ungraded: say so (a
         # TimeLimit stacked outside gym.make's wrappers ends episodes this way, unseen by the harness)
         abandoned = not self.done and self.task is not None
-        self._end_episode(background=True)
+        finished = self._end_episode(background=True)
+        try:
+            return self._new_episode(options or {}, abandoned)
+        finally:
+            # after the observation is made: the background worker this wakes (the next spare, then
+            # the finished sandbox's close) no longer takes the GIL from this reset (64 at once)
+            next_spare, self._next_spare = self._next_spare, None
+            if next_spare is not None:
+                self._spare.prepare(*next_spare, then_close=finished)
+            elif finished is not None:
+                self._spare.retire(finished)
+
+    def _new_episode(self, options: dict[str, Any], abandoned: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The body of :meth:`reset` once the finished episode is put aside."""
         self.task = self._choose_task(options.get("task_id"))
         episode_rng = np.random.default_rng(int(self.np_random.integers(2**63)))
         if self.resample_names and self.harness_spec.get("tool_naming"):
@@ -486,8 +499,8 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             sandbox = self._sandbox_for(task)
             self._start_episode_sandbox(sandbox, task)
         repeated, self._last_task = self._last_task is task, task
-        if repeated and self._spares_for(task):
-            self._spare.prepare((key, id(task)), lambda: self._start_episode_sandbox(self._new_sandbox(task), task))
+        if repeated and self._spares_for(task):  # made by reset() once this episode is ready
+            self._next_spare = ((key, id(task)), lambda: self._start_episode_sandbox(self._new_sandbox(task), task))
         workspace = getattr(sandbox, "workspace", None)
         assert isinstance(workspace, Path)
         return sandbox, workspace
@@ -721,17 +734,19 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             self._chars_cache = (self.messages, chars)
         return chars
 
-    def _end_episode(self, background: bool = False) -> None:
+    def _end_episode(self, background: bool = False) -> Sandbox | None:
         """Close the episode's sandbox (which removes its workspace); ``background``: where spares are
-        on, hand it to a background close and let the next episode have a new one."""
+        on, return it instead, to be closed in the background (the next episode has a new one)."""
+        finished = None
         if self.sandbox is not None:
             if background and self._spares_for(self.task):
                 self._sandboxes = {k: v for k, v in self._sandboxes.items() if v is not self.sandbox}
-                self._spare.retire(self.sandbox)
+                finished, self.sandbox = self.sandbox, None
             else:
                 self.sandbox.close()
         self.workspace = None
         self.done = True
+        return finished
 
 
 def _is_library(implementation: Any) -> bool:

@@ -50,3 +50,22 @@ def test_doctor_clean_reclaims_what_a_dead_process_left(capsys):
     assert f"removed {left} (owner pid {dead_pid})" in checks["clean"]["detail"]
     assert not left.exists() and not log.exists()
     assert os.path.isdir(isolation.state_dir())
+
+
+def test_doctor_sandboxes_checks_a_target_against_this_hosts_limits(monkeypatch, tmp_path, capsys):
+    """``--sandboxes N``: how many concurrent environments the host's limits allow, which binds first."""
+    import pytest
+
+    from harness_gym import doctor
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sandbox is started: only the limits are read
+    first = doctor.capacity(doctor.read_host_limits())[0]
+    checks = {}
+    for target in (max(1, first.environments // 4), first.environments * 4 + 1000):  # memory moves meanwhile
+        main(["doctor", "--json", "--docker", "skip", "--sandboxes", str(target)])
+        checks[target] = {c["name"]: c for c in json.loads(capsys.readouterr().out)}["capacity"]
+    low, high = checks.values()
+    assert low["status"] == "ok" and "binds first" in low["detail"], low
+    assert high["status"] == "fail" and f"{first.name} allows" in high["detail"], high
+    with pytest.raises(SystemExit):
+        main(["doctor", "--sandboxes", "0"])

@@ -224,3 +224,58 @@ def test_the_idmapping_namespace_is_made_in_a_process_whose_forks_come_up_thread
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "True"
+
+
+def test_user_namespaces_are_made_outside_the_cache_lock_and_held_through_an_eviction(monkeypatch):
+    """Making a namespace (an interpreter start) under the cache's lock queued 64 spares made at
+    once behind each other; and a descriptor handed out of the cache was closed when another thread
+    evicted it, before the mount that used it."""
+    import threading
+    from collections import OrderedDict
+
+    real = layers._make_userns
+    barrier = threading.Barrier(2, timeout=10)
+
+    def together(uid: int) -> int:  # each waits until the other is making its own too
+        barrier.wait()
+        return real(uid)
+
+    monkeypatch.setattr(layers, "_USERNS", OrderedDict())
+    monkeypatch.setattr(layers, "_make_userns", together)
+    kinds: list[str] = []
+
+    def make(uid: int) -> None:
+        with layers._userns_for(uid) as fd:
+            kinds.append(os.readlink(f"/proc/self/fd/{fd}").partition(":")[0])
+
+    threads = [threading.Thread(target=make, args=(uid,)) for uid in (70_001, 70_002)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert kinds == ["user", "user"]
+    monkeypatch.setattr(layers, "_make_userns", real)
+    monkeypatch.setattr(layers, "_USERNS_KEEP", 1)
+    with layers._userns_for(70_003) as held:
+        with layers._userns_for(70_004):  # evicts 70_003 from the cache
+            assert 70_003 not in layers._USERNS
+        assert os.readlink(f"/proc/self/fd/{held}").startswith("user:")
+    for fd in layers._USERNS.values():
+        os.close(fd)
+
+
+def test_a_new_sandbox_leases_a_free_uid_whose_namespace_is_cached(source, monkeypatch):
+    """A spare is a new sandbox with no previous uid: it leased the next uid of the pool and made
+    that uid's namespace (two more processes to start) on a reset right after a reset."""
+    with BubblewrapSandbox() as first:
+        first.start(first.new_layered_workspace([source], _fill(source)), "/testbed")
+        uid = first.uid
+    assert uid in layers.cached_uids()
+
+    def refuse(uid: int) -> int:
+        raise AssertionError(f"made a namespace for uid {uid}")
+
+    monkeypatch.setattr(layers, "_make_userns", refuse)
+    with BubblewrapSandbox() as second:
+        second.start(second.new_layered_workspace([source], _fill(source)), "/testbed")
+        assert second.uid == uid and second.run("cat a.txt").output == "alpha\n"

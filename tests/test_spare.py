@@ -2,6 +2,7 @@
 it was made for the task asked for; a fresh workspace either way; one spare at most; nothing left
 after close; off with HARNESS_GYM_WARM_SPARE=0."""
 
+import os
 import time
 from pathlib import Path
 
@@ -112,3 +113,43 @@ def test_a_spare_that_failed_leaves_the_reset_to_start_its_own(tmp_path):
         assert _running(env.sandbox) and env.sandbox.run("cat a.txt").output == "fails\n"
     finally:
         env.close()
+
+
+def test_handing_a_job_to_the_spare_pool_takes_no_lock(monkeypatch):
+    """64 resets at once waited p50 194 ms to hand over their next spare: the pool's submit took
+    locks, and a thread preempted while holding one made every other wait for the scheduler in turn.
+    A lock held (as by a preempted thread) must not stop a handover, nor a sandbox launch."""
+    import threading
+
+    from harness_gym.sandboxes import launcher, spare
+
+    assert spare._start_in_background(lambda: 1).result(timeout=30) == 1  # the pool exists
+    assert launcher.launch(lambda: 1) == 1  # the launcher thread exists
+    done = []
+
+    def hand_over() -> None:
+        done.append(spare._start_in_background(lambda: 2).result(timeout=30))
+        done.append(launcher.launch(lambda: 3))
+
+    with spare._starter_lock, launcher._lock:
+        thread = threading.Thread(target=hand_over, daemon=True)
+        thread.start()
+        thread.join(timeout=10)
+    assert done == [2, 3]
+
+
+def test_what_the_spare_pool_holds_at_exit_is_still_done(tmp_path):
+    """Finished sandboxes are closed by the pool: a job queued as the interpreter exits still runs."""
+    import subprocess
+    import sys
+
+    marker = tmp_path / "closed"
+    script = (
+        "import time\n"
+        "from harness_gym.sandboxes import spare\n"
+        "spare._start_in_background(lambda: time.sleep(0.3))\n"
+        f"spare._start_in_background(lambda: open({str(marker)!r}, 'w').close())\n"
+    )
+    repo = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(repo)}, timeout=60)
+    assert done.returncode == 0 and marker.exists()

@@ -278,7 +278,7 @@ def check_nodes(
 
 def _node_checks(probe: str, token: str, workers: int) -> list[dict[str, str]]:
     """On one node: the doctor's checks and whether the output folder is shared with the driver."""
-    checks = doctor.as_records(doctor.run_checks(workers=workers, docker=False))
+    checks = doctor.as_records(doctor.run_checks(workers=workers, docker=False, sandboxes=workers))
     try:
         shared = Path(probe).read_text() == token
     except OSError:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from harness_gym.errors import SandboxError
-from harness_gym.sandboxes.isolation import grader_folder, remove_tree, shared_temp_dir
+from harness_gym.sandboxes.isolation import grader_folder, out_of_descriptors, remove_tree, shared_temp_dir
 from harness_gym.sandboxes.options import SandboxOptions
 
 # Paths inside every sandbox. The harness's own files live under HARNESS_DIR, read-only.
@@ -150,8 +150,15 @@ class SandboxBackend(ABC):
             self._release_workspace()
         self.workspace = workspace
         self._mount_path = check_mount_path(mount_path)
-        self._prepare_start(hide)
-        self._start_shell()
+        try:
+            self._prepare_start(hide)
+            self._start_shell()
+        except OSError as exc:  # EMFILE deep in a pipe() or Popen says nothing of the scale that caused it
+            why = out_of_descriptors(exc)
+            if why is None:
+                raise
+            self._stop()
+            raise SandboxError(why) from exc
 
     def grade(
         self,

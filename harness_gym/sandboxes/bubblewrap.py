@@ -48,8 +48,6 @@ PRIVATE_TMPFS: tuple[str, ...] = ("/tmp", "/root", "/home", "/run", "/var/tmp")
 SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 _RESERVED = ("/usr", "/bin", "/sbin", "/lib", "/etc", "/proc", "/dev", "/sys", HARNESS_DIR)
-# where this process starts looking for a free sandbox uid: random, so processes rarely contend
-_uid_cursor = int.from_bytes(os.urandom(2), "big")
 _group_names = itertools.count()
 
 
@@ -184,15 +182,16 @@ class BubblewrapSandbox(ShellSandbox):
         """A uid, cgroups and the control folder for the episode (``hide`` concerns image paths;
         the local sandbox shows no image)."""
         assert self.workspace is not None
+        isolation.raise_descriptor_limit()
         self._control = isolation.private_folder("harness-gym-ctl-")
         if isolation.is_root():
-            global _uid_cursor
             # a sandbox asks for its previous uid first: its copy-on-write layer's idmapping is cached per uid
             previous = self._previous_uid
-            start = _uid_cursor if previous is None else previous - isolation.uid_pool().start
-            self._lease = isolation.UidLease.acquire(start)
-            if previous is None:
-                _uid_cursor += 1
+            start = None if previous is None else previous - isolation.uid_pool().start
+            # then a free uid whose namespace is cached: a spare is a new sandbox with no previous
+            # uid, and making the namespace was two more processes to start on its clock
+            prefer = layers.cached_uids() if self._layer is not None else []
+            self._lease = isolation.UidLease.acquire(start, prefer=prefer if previous is None else [previous, *prefer])
             self._previous_uid = self._lease.uid
             isolation.registry().add("uid", self._lease.token)
             if self._layer is not None and not os.path.ismount(self.workspace):

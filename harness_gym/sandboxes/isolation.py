@@ -20,8 +20,10 @@ import ctypes
 import errno
 import fcntl
 import functools
+import itertools
 import json
 import os
+import resource
 import secrets
 import shutil
 import signal
@@ -31,7 +33,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -347,6 +349,42 @@ def die_with_parent() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+# ----------------------------------------------------------------------------- descriptors
+
+DESCRIPTORS_PER_SANDBOX = 6  # what an owner keeps open per live sandbox: uid lock, output pipe, status
+# socket, command pipe, tool-server request and reply pipes (measured; a warm spare holds as many)
+
+
+def raise_descriptor_limit() -> int:
+    """Raise this process's soft RLIMIT_NOFILE to its hard limit and return it: an owner keeps
+    :data:`DESCRIPTORS_PER_SANDBOX` open per sandbox, and the usual soft limit of 1,024 stops one
+    process near 80 environments with their spares, long before the hard limit would."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        with contextlib.suppress(ValueError, OSError):  # RLIM_INFINITY may be refused: keep the soft limit
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    return soft
+
+
+def out_of_descriptors(exc: OSError) -> str | None:
+    """What to tell the caller when starting a sandbox ran out of descriptors (None: another error)."""
+    if exc.errno not in (errno.EMFILE, errno.ENFILE):
+        return None
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        held = len(os.listdir("/proc/self/fd"))
+    except OSError:
+        held = -1
+    where = "this host's fs.file-max" if exc.errno == errno.ENFILE else f"RLIMIT_NOFILE {soft} (hard {hard})"
+    return (
+        f"out of file descriptors ({exc.strerror}): this process holds {held}, the limit is {where}; each "
+        f"sandbox keeps {DESCRIPTORS_PER_SANDBOX} open in its owner (a warm spare as many): raise the hard "
+        "limit (ulimit -Hn, LimitNOFILE= in systemd, nofile in limits.conf) or spread the environments over "
+        "more processes; `harness-gym doctor --sandboxes N` checks a target"
+    )
+
+
 # ----------------------------------------------------------------------------- uid leases
 
 
@@ -370,6 +408,14 @@ def _whole_number(variable: str, default: int, least: int) -> int:
 
 
 _acquire_failures: list[str] = []  # uids whose previous holder's leftovers could not be reclaimed (for doctor)
+# uids this process holds now: a lease search skips them without opening their lock file (at 10,000
+# sandboxes in one process, a search from a cursor that wrapped around opened every held uid's file)
+_held: set[int] = set()
+_held_lock = threading.Lock()
+lock_files_tried = 0  # lock files opened by lease searches in this process (tests count them)
+# where this process's next search starts: random, so processes rarely contend, and moved past each
+# uid found (a cursor moved by one per lease rescanned another process's whole run of leases each time)
+_uid_cursor = int.from_bytes(os.urandom(2), "big")
 
 
 @dataclass
@@ -387,16 +433,32 @@ class UidLease:
     generation: str = ""
 
     @classmethod
-    def acquire(cls, start: int = 0) -> UidLease:
+    def acquire(cls, start: int | None = None, prefer: Iterable[int] = ()) -> UidLease:
+        """The first free uid of ``prefer`` (those in the pool), else of the pool from offset ``start``
+        on (None: from this process's cursor, which then moves past the uid found). Uids this process
+        holds are skipped unopened; only other processes' leases cost a lock file tried each."""
+        global lock_files_tried, _uid_cursor
         folder = lock_dir()
         pool = uid_pool()
-        for offset in range(len(pool)):
-            uid = pool[(start + offset) % len(pool)]
-            handle = os.open(folder / f"{uid}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        begin = _uid_cursor if start is None else start
+        preferred: Iterable[tuple[int, int | None]] = ((uid, None) for uid in prefer if uid in pool)
+        scanned = ((pool[(begin + offset) % len(pool)], (begin + offset) % len(pool)) for offset in range(len(pool)))
+        for uid, position in itertools.chain(preferred, scanned):
+            with _held_lock:
+                if uid in _held:
+                    continue
+                _held.add(uid)  # claimed by this thread while it tries the lock
+                lock_files_tried += 1
+            try:
+                handle = os.open(folder / f"{uid}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            except BaseException:
+                _forget_held(uid)
+                raise
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 os.close(handle)
+                _forget_held(uid)
                 continue
             lease = cls(uid, handle)
             try:
@@ -405,10 +467,14 @@ class UidLease:
                 lease.record()
             except BaseException as exc:  # never keep the lock of a lease not handed out (it leaked)
                 os.close(handle)
+                _forget_held(uid)
                 if isinstance(exc, Exception):
                     _acquire_failures.append(f"uid {uid}: {type(exc).__name__}: {exc}")
                     continue
                 raise
+            if start is None and position is not None:
+                with _held_lock:
+                    _uid_cursor = (position + 1) % len(pool)
             return lease
         raise RuntimeError(
             f"all {len(pool)} sandbox uids ({pool.start}-{pool.stop - 1}) are in use; "
@@ -456,10 +522,19 @@ class UidLease:
         return done
 
     def release(self) -> None:
+        if self.handle < 0:
+            return  # released already: the uid may be another lease's of this process by now
         with contextlib.suppress(OSError):
             self.generation = ""
             self.record()
             os.close(self.handle)
+        self.handle = -1
+        _forget_held(self.uid)
+
+
+def _forget_held(uid: int) -> None:
+    with _held_lock:
+        _held.discard(uid)
 
 
 def _in_pool(entry: str) -> bool:

@@ -38,6 +38,9 @@ def _serve(requests: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]]) -
 def _queue() -> queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]]:
     """The launcher thread's request queue (the thread made at first use, again in a forked child)."""
     global _requests, _thread, _owner_pid
+    requests = _requests
+    if requests is not None and _owner_pid == os.getpid():  # no lock once made: spares launch at once
+        return requests
     with _lock:
         if _requests is None or _owner_pid != os.getpid():
             _requests = queue.SimpleQueue()

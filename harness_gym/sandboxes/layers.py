@@ -45,7 +45,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -320,15 +320,44 @@ _USERNS_KEEP = 64
 _USERNS_LOCK = threading.Lock()
 
 
-def _userns_for(uid: int) -> int:
-    """A user namespace whose uid and gid 0 are ``uid`` (an idmapped mount's mapping), cached."""
-    with _USERNS_LOCK:  # environments in threads share the cache
-        return _make_userns(uid)
+@contextlib.contextmanager
+def _userns_for(uid: int) -> Iterator[int]:
+    """A user namespace whose uid and gid 0 are ``uid`` (an idmapped mount's mapping), cached; the
+    descriptor is the caller's own copy while the block runs (another thread's eviction closes
+    only the cache's). Made outside the lock: 64 spares made at once queued behind each other."""
+    with _USERNS_LOCK:
+        known = _USERNS.get(uid)
+        if known is not None:
+            _USERNS.move_to_end(uid)
+            held = os.dup(known)
+    if known is None:
+        made = _make_userns(uid)
+        with _USERNS_LOCK:
+            if uid in _USERNS:  # another thread made one meanwhile: keep the cache's
+                os.close(made)
+            else:
+                _USERNS[uid] = made
+                while len(_USERNS) > _USERNS_KEEP:
+                    os.close(_USERNS.popitem(last=False)[1])
+            held = os.dup(_USERNS[uid])
+    try:
+        yield held
+    finally:
+        os.close(held)
 
 
-# The namespace's holder is a fresh interpreter, not a fork: a fork of a process whose libraries keep
+def cached_uids() -> list[int]:
+    """The uids whose idmapping namespace is cached, most recently used first (a sandbox that
+    leases one of them mounts its workspace without making a namespace)."""
+    with _USERNS_LOCK:
+        return list(reversed(_USERNS))
+
+
+# The namespace's holder is a fresh process, not a fork: a fork of a process whose libraries keep
 # thread pools (torch's OpenMP after its first matrix product) can come up with a thread that an
 # at-fork handler started, and a multithreaded process cannot unshare its user namespace (EINVAL).
+# util-linux's ``unshare`` (a sh that says it runs, then waits) starts in ~6 ms; a Python holder,
+# where ``unshare`` is missing, in ~35 ms, which was half of every sandbox start.
 _USERNS_HOLDER = (
     "import ctypes, os\n"
     "libc = ctypes.CDLL(None, use_errno=True)\n"
@@ -338,36 +367,40 @@ _USERNS_HOLDER = (
 )
 
 
+def _holder_argv() -> list[str]:
+    """A process in a new user namespace that writes ``1`` and waits for its stdin to close."""
+    unshare = shutil.which("unshare", path="/usr/bin:/bin")
+    if unshare is not None:
+        return [unshare, "--user", "/bin/sh", "-c", "echo 1 && read _"]
+    return [sys.executable, "-I", "-S", "-c", _USERNS_HOLDER]
+
+
 def _make_userns(uid: int) -> int:
-    if uid in _USERNS:
-        _USERNS.move_to_end(uid)
-        return _USERNS[uid]
+    """A new user namespace mapping 0 to ``uid``: a descriptor the caller owns."""
     holder = subprocess.Popen(
-        [sys.executable, "-I", "-S", "-c", _USERNS_HOLDER],
+        _holder_argv(),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         close_fds=True,
     )
-    assert holder.stdin is not None and holder.stdout is not None
+    assert holder.stdin is not None and holder.stdout is not None and holder.stderr is not None
     try:
         answer = holder.stdout.read(1)
         if answer != b"1":
-            detail = holder.stdout.read().decode(errors="replace").strip()
-            reason = os.strerror(int(detail)) if detail.isdigit() else "the helper process failed"
+            code = (answer + holder.stdout.read()).decode(errors="replace").strip().removeprefix("0 ")
+            said = holder.stderr.read().decode(errors="replace").strip()
+            reason = os.strerror(int(code)) if code.isdigit() else said or "the helper process failed"
             raise OSError(f"could not create a user namespace: {reason}")
         for name, text in (("uid_map", f"0 {uid} 1\n"), ("setgroups", "deny"), ("gid_map", f"0 {uid} 1\n")):
             with open(f"/proc/{holder.pid}/{name}", "w") as handle:
                 handle.write(text)
-        fd = os.open(f"/proc/{holder.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+        return os.open(f"/proc/{holder.pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
     finally:
         holder.stdin.close()
         holder.stdout.close()
+        holder.stderr.close()
         holder.wait()
-    _USERNS[uid] = fd
-    while len(_USERNS) > _USERNS_KEEP:
-        os.close(_USERNS.popitem(last=False)[1])
-    return fd
 
 
 def _idmapped_bind(source: Path, target: Path, uid: int) -> None:
@@ -380,18 +413,13 @@ def _idmapped_bind(source: Path, target: Path, uid: int) -> None:
         "open_tree",
     )
     try:
-        attributes = _MountAttr(_MOUNT_ATTR_IDMAP | _MOUNT_ATTR_RDONLY, 0, 0, _userns_for(uid))
-        _check(
-            libc.syscall(
-                _SYS_MOUNT_SETATTR,
-                tree,
-                b"",
-                _AT_EMPTY_PATH | _AT_RECURSIVE,
-                ctypes.byref(attributes),
-                ctypes.sizeof(attributes),
-            ),
-            "mount_setattr",
-        )
+        with _userns_for(uid) as userns:
+            attributes = _MountAttr(_MOUNT_ATTR_IDMAP | _MOUNT_ATTR_RDONLY, 0, 0, userns)
+            flags = _AT_EMPTY_PATH | _AT_RECURSIVE
+            setattr_ = libc.syscall(
+                _SYS_MOUNT_SETATTR, tree, b"", flags, ctypes.byref(attributes), ctypes.sizeof(attributes)
+            )
+            _check(setattr_, "mount_setattr")
         _check(
             libc.syscall(_SYS_MOVE_MOUNT, tree, b"", _AT_FDCWD, str(target).encode(), _MOVE_MOUNT_F_EMPTY_PATH),
             "move_mount",

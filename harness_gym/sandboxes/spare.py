@@ -9,7 +9,7 @@ finished episode's sandbox is closed in the background too.
 
 Bounded and reclaimed like any sandbox: one spare per environment, closed by ``close()``; its
 workspace, uid and cgroups are in the process's registry (:mod:`.isolation`), so a killed process's
-spare is reclaimed at the next start. Spares are made by a pool of as many worker threads as there
+spare is reclaimed at the next start. Spares are made, and finished sandboxes closed, by a pool of as many worker threads as there
 are cores (``HARNESS_GYM_SPARE_LIMIT`` sets another number): 64 environments resetting at once no
 longer queue behind one thread. The sandbox processes themselves are started by the process's
 launcher thread (:mod:`.launcher`), so a spare outlives the worker that made it.
@@ -18,12 +18,15 @@ launcher thread (:mod:`.launcher`), so a spare outlives the worker that made it.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import functools
 import os
+import queue
 import threading
 from collections.abc import Callable, Hashable
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Generic, Protocol, TypeVar
+from concurrent.futures import Future
+from typing import Any, Generic, Protocol, TypeVar
 
 VARIABLE = "HARNESS_GYM_WARM_SPARE"
 LIMIT_VARIABLE = "HARNESS_GYM_SPARE_LIMIT"  # how many spares are made at once (default: the cores)
@@ -34,8 +37,56 @@ class Closable(Protocol):
 
 
 S = TypeVar("S", bound=Closable)
+T = TypeVar("T")
 
-_starter: ThreadPoolExecutor | None = None
+
+class _Workers:
+    """The spare pool: worker threads reading one queue. Handing a job over takes no lock here
+    (``ThreadPoolExecutor.submit`` takes two: 64 resets at once each waited p50 194 ms for them,
+    a thread preempted while holding one making every other wait for the scheduler in turn).
+    At exit, what is queued is still done (finished sandboxes closed) before the workers stop."""
+
+    def __init__(self, count: int) -> None:
+        self.pid = os.getpid()
+        self.jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = queue.SimpleQueue()
+        self.stopped = False
+        self.threads = [
+            threading.Thread(target=self._serve, name=f"harness-gym-spare-{index}", daemon=True)
+            for index in range(count)
+        ]
+        for thread in self.threads:
+            thread.start()
+        atexit.register(self.stop)
+
+    def submit(self, function: Callable[[], T]) -> Future[T]:
+        if self.stopped:
+            raise RuntimeError("the spare pool has stopped (the interpreter is exiting)")
+        future: Future[T] = Future()
+        self.jobs.put((function, future))
+        return future
+
+    def _serve(self) -> None:
+        while (item := self.jobs.get()) is not None:
+            function, future = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(function())
+            except BaseException as exc:  # handed to whoever waits for it
+                future.set_exception(exc)
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """Let the workers finish what is queued, then end them (at exit; a forked child's own)."""
+        if self.stopped or self.pid != os.getpid():
+            return
+        self.stopped = True
+        for _ in self.threads:
+            self.jobs.put(None)
+        for thread in self.threads:
+            thread.join(timeout_s)
+
+
+_starter: _Workers | None = None
 _starter_lock = threading.Lock()
 
 
@@ -54,15 +105,17 @@ def worker_limit() -> int:
     return value
 
 
-def _start_in_background(make: Callable[[], S]) -> Future[S]:
+def _start_in_background(make: Callable[[], T]) -> Future[T]:
     """Run ``make`` on the process's spare pool (made at first use with :func:`worker_limit`
-    workers; a forked child makes its own)."""
+    workers; a forked child makes its own). The lock is taken only to make the pool."""
     global _starter
-    with _starter_lock:
-        if _starter is None or getattr(_starter, "_owner_pid", None) != os.getpid():
-            _starter = ThreadPoolExecutor(max_workers=worker_limit(), thread_name_prefix="harness-gym-spare")
-            _starter._owner_pid = os.getpid()  # type: ignore[attr-defined]
-        return _starter.submit(make)
+    workers = _starter
+    if workers is None or workers.pid != os.getpid():
+        with _starter_lock:
+            if _starter is None or _starter.pid != os.getpid():
+                _starter = _Workers(worker_limit())
+            workers = _starter
+    return workers.submit(make)
 
 
 def enabled() -> bool:
@@ -75,12 +128,34 @@ class WarmSpare(Generic[S]):
 
     def __init__(self) -> None:
         self._pending: tuple[Hashable, Future[S]] | None = None
-        self._closing: list[threading.Thread] = []
+        self._closing: list[Future[None]] = []
 
-    def prepare(self, key: Hashable, make: Callable[[], S]) -> None:
-        """Make the spare for ``key`` in the background (a spare for another key is closed)."""
+    def prepare(self, key: Hashable, make: Callable[[], S], then_close: S | None = None) -> None:
+        """Make the spare for ``key`` in the background (a spare for another key is closed), then
+        close ``then_close`` (the finished episode's sandbox) in the same job: one worker woken per
+        reset, and the close never competes with the spare a reset right after may be waiting for."""
         self.discard()
-        self._pending = (key, _start_in_background(make))
+        made: Future[S] = Future()
+
+        def job() -> None:
+            try:
+                if made.set_running_or_notify_cancel():  # (not discarded meanwhile)
+                    try:
+                        made.set_result(make())
+                    except BaseException as exc:  # the reset that takes it makes its own
+                        made.set_exception(exc)
+            finally:
+                if then_close is not None:
+                    _close_quietly(then_close)
+
+        self._pending = (key, made)
+        self._closing = [future for future in self._closing if not future.done()]
+        try:
+            self._closing.append(_start_in_background(job))
+        except RuntimeError:  # the interpreter is shutting down: no new background work
+            self._pending = None
+            if then_close is not None:
+                _close_quietly(then_close)
 
     def take(self, key: Hashable) -> S | None:
         """The spare for ``key`` (waiting for it to be ready), or None: none, another key's (closed
@@ -104,12 +179,18 @@ class WarmSpare(Generic[S]):
             return None
         return self._pending[1].result()
 
+    def idle(self) -> bool:
+        """Whether every sandbox handed to :meth:`retire` is closed (for measurements)."""
+        return all(future.done() for future in self._closing)
+
     def retire(self, sandbox: S) -> None:
-        """Close ``sandbox`` in the background (its processes, workspace and leases)."""
-        self._closing = [t for t in self._closing if t.is_alive()]
-        thread = threading.Thread(target=_close_quietly, args=(sandbox,), name="harness-gym-retire", daemon=True)
-        thread.start()
-        self._closing.append(thread)
+        """Close ``sandbox`` in the background, on the spare pool: the caller starts no thread (64
+        resets at once each waited for a thread of its own to start, among 64 others closing)."""
+        self._closing = [future for future in self._closing if not future.done()]
+        try:
+            self._closing.append(_start_in_background(functools.partial(_close_quietly, sandbox)))
+        except RuntimeError:  # the interpreter is shutting down: no new background work
+            _close_quietly(sandbox)
 
     def discard(self) -> None:
         """Close the spare, if any (one still waiting for the worker is not made at all)."""
@@ -124,8 +205,8 @@ class WarmSpare(Generic[S]):
     def close(self) -> None:
         """Close the spare and wait until every sandbox handed to :meth:`retire` is closed."""
         self.discard()
-        for thread in self._closing:
-            thread.join()
+        for future in self._closing:
+            future.result()
         self._closing = []
 
 
