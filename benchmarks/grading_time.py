@@ -4,7 +4,7 @@ rollout costs the environment.
 
     python benchmarks/grading_time.py [--rounds 3] [--baseline 0ce0c15] [--tasks repair-median,...]
                                       [--out benchmarks/results/grading_time.json]
-    python benchmarks/grading_time.py --episodes [--rounds 3] [--turns 30] [--tasks ...]
+    python benchmarks/grading_time.py --episodes [--rounds 3] [--turns 30] [--tasks ...] [--idle 0]
                                       [--out benchmarks/results/episode_cost.json]
 
 ``--episodes`` (issue 27): every built-in task through ``env.step`` as a rollout meets it: the
@@ -13,7 +13,9 @@ turns, on S0T0O0C0W0 with warm spares. Per task: ``Task.grade`` wall time (the g
 sandbox) and its CPU time; per episode: the environment's CPU time (this process and every
 sandbox process, which it reaps: ``getrusage`` self + children, spares included) and wall time.
 The paper's GRPO step (1,024 rollouts x 30 turns) is then 1,024 x the median episode's CPU
-seconds, in core-seconds; the target is 200, and grading 150 ms p50 per task.
+seconds, in core-seconds; the target is 200, and grading 150 ms p50 per task. ``--idle N`` keeps N
+other started sandboxes on their own layered workspaces for the whole run (a rollout's other
+environments): every sandbox start copies the host's mount table, so their mounts cost each start.
 
 For every built-in task (default: the 20 repair tasks and workspace-executable-script, whose graders
 changed), the reference solution is applied in a bubblewrap sandbox and ``Task.grade`` is timed,
@@ -165,6 +167,27 @@ class PaddedReference:
         return self.inner.act(observation)
 
 
+@contextlib.contextmanager
+def idle_sandboxes(count: int, task: Task) -> Iterator[None]:
+    """``count`` started sandboxes on ``task``'s layered workspace (or a copy), idle while the body runs."""
+    from harness_gym.sandboxes import BubblewrapSandbox
+
+    started: list[BubblewrapSandbox] = []
+    try:
+        for _ in range(count):
+            sandbox = BubblewrapSandbox()
+            started.append(sandbox)
+            workspace = sandbox.new_layered_workspace(task.workspace_sources(), task.materialize)
+            if workspace is None:
+                workspace = sandbox.new_workspace()
+                task.materialize(workspace)
+            sandbox.start(workspace, task.mount_path)
+        yield
+    finally:
+        for sandbox in started:
+            sandbox.close()
+
+
 def episode_cost(rounds: int, turns: int, task_ids: list[str] | None) -> dict[str, Any]:
     """Per built-in task: grading wall and CPU time through the environment; per episode: the
     environment's CPU and wall time; the GRPO step's core-seconds from the median episode."""
@@ -231,7 +254,7 @@ def episode_cost(rounds: int, turns: int, task_ids: list[str] | None) -> dict[st
         "grpo_step_grading_core_s": GRPO_ROLLOUTS * grade_cpu,
         "how": (
             f"{GRPO_ROLLOUTS} rollouts x the mean environment CPU seconds of one {turns}-turn episode "
-            "(getrusage self + children over every episode and the final close, divided by the episodes)"
+            "(the CPU meter of cpu_measured_by over every episode and the final close, divided by the episodes)"
         ),
         "failures": sum(e["reward"] != 1.0 for e in episodes),
     }
@@ -243,9 +266,15 @@ def main_episodes(args: argparse.Namespace) -> None:
         if args.out != Path("benchmarks/results/grading_time.json")
         else Path("benchmarks/results/episode_cost.json")
     )
-    with cpu_meter() as meter:
+    if args.idle < 0:
+        raise SystemExit(f"--idle must be 0 or more, got {args.idle}")
+    first = next(iter(load_tasks("builtin")))
+    with idle_sandboxes(args.idle, first), cpu_meter() as meter:
+        mounts = len(Path("/proc/self/mountinfo").read_text().splitlines())
         result = episode_cost(args.rounds, args.turns, args.tasks.split(",") if args.tasks else None)
     result["cpu_measured_by"] = meter
+    result["idle_sandboxes"], result["host_mounts_at_start"] = args.idle, mounts
+    print(f"{args.idle} idle sandboxes; {mounts} mounts on the host (each sandbox start copies them all)")
     print(f"CPU measured by: {meter}")
     for task_id, row in result["per_task"].items():
         print(f"{task_id:<34} grade p50 {row['grade_p50_ms']:7.1f} ms (CPU {row['grade_cpu_p50_ms']:6.1f} ms)")
@@ -280,6 +309,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/grading_time.json"))
     parser.add_argument("--episodes", action="store_true", help="grading and environment CPU per rollout (issue 27)")
     parser.add_argument("--turns", type=int, default=30, help="--episodes: turns per episode")
+    parser.add_argument(
+        "--idle", type=int, default=0, help="--episodes: other started sandboxes kept idle meanwhile (a rollout's)"
+    )
     args = parser.parse_args()
     if args.episodes:
         main_episodes(args)

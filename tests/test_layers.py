@@ -70,7 +70,8 @@ def test_size_limit_is_on_what_the_agent_writes(source):
         # the 3 MB file in the layer costs nothing; writing 3 MB more does not fit in 2 MB
         assert box.run("head -c 1000000 /dev/zero > one.bin").exit_code == 0
         assert box.run("head -c 3000000 /dev/zero > three.bin").exit_code != 0
-        used = os.statvfs(workspace.parent)
+        used = os.statvfs(workspace)  # an overlay reports its upper layer's file system: the tmpfs
+        assert used.f_blocks * used.f_frsize <= 2 << 20
         assert (used.f_blocks - used.f_bfree) * used.f_frsize < 2_200_000
 
 
@@ -86,6 +87,25 @@ def test_library_diff_and_restore_use_the_layer(source):
         restore = {"op": "restore_file", "args": {"path": "a.txt"}, "root": "/testbed"}
         assert box.run_tool("library.py", restore).exit_code == 0
         assert (workspace / "a.txt").read_text() == "alpha\n"
+
+
+def _host_mounts(folder: Path) -> list[str]:
+    return [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if str(folder) in line]
+
+
+def test_a_live_episode_is_one_host_mount_and_still_names_its_layer(source):
+    """Every sandbox start copies and detaches the host's whole mount table (CPU per mount): a live
+    episode leaves only its overlay there, not the tmpfs and the idmapped layer too (three before)."""
+    with BubblewrapSandbox(workspace_size_mb=8) as box:
+        workspace = box.new_layered_workspace([source], _fill(source))
+        box.start(workspace, "/testbed")
+        assert box.run("echo y > y.txt && cat a.txt").output == "alpha\n"
+        mounts = _host_mounts(workspace.parent)
+        assert len(mounts) == 1 and " overlay " in mounts[0], mounts
+        assert box._layer is not None and box._layer.name in layers.layers_in_use()  # the cache keeps it
+        assert box.run("stat -c %u a.txt y.txt").output == "0\n0\n"  # owned by the sandbox's root
+        with pytest.raises(OSError, match="tmpfs"):  # a second mount would put upper on the host's disk
+            layers.mount(workspace, box._layer, box.uid)
 
 
 def test_close_and_reset_leave_no_mounts(source):

@@ -913,6 +913,9 @@ def release_workspace(path: Path) -> None:
     if layers.is_layered(path):  # a copy-on-write workspace: its whole episode folder goes
         layers.release(path)
     else:
+        # the episode folder of a layered workspace (recorded before the workspace in it): its overlay
+        # is a mount below it, detached first, or removing the folder would stop at it
+        layers.detach_episode_mounts(path)
         if os.path.ismount(path):
             subprocess.run(["umount", "-l", str(path)], capture_output=True)
         if path.exists():
