@@ -144,6 +144,35 @@ def test_make_vec_with_default_arguments(mode):
     envs.close()
 
 
+def test_a_deep_copy_of_the_shared_observations_is_decoded_again_not_walked():
+    """``AsyncVectorEnv`` deep-copies every step's observations: the copy must be independent of the
+    slots' cache (a caller may change it) and made by decoding the slot's JSON again, not by
+    ``copy.deepcopy`` of the history, which grew with the episode (10 of 18 ms of a 4-env step)."""
+    import copy
+
+    from harness_gym.vector_memory import JsonSlots, JsonSlotsView
+
+    slots = JsonSlots(2)
+    history = [{"role": "user", "content": "x" * 10, "parts": [{"n": i} for i in range(50)]}]
+    slots.write(0, history)
+    view = JsonSlotsView(slots)
+    frozen = copy.deepcopy(view)
+    assert frozen == (history, None) and isinstance(frozen, tuple)
+    frozen[0][0]["content"] = "changed by the caller"
+    assert slots.read(0) == history and copy.deepcopy(view)[0] == history  # the cache is untouched
+    calls = []
+    original = copy._deepcopy_dispatch[dict]
+    copy._deepcopy_dispatch[dict] = lambda *args: calls.append(1) or original(*args)
+    try:
+        copy.deepcopy(view)
+    finally:
+        copy._deepcopy_dispatch[dict] = original
+    assert calls == []  # not one dict of the history walked by copy.deepcopy
+    slots.write(0, [{"role": "tool", "content": "next"}])
+    assert frozen[0] == [{"role": "user", "content": "changed by the caller", "parts": history[0]["parts"]}]
+    assert copy.deepcopy(view)[0] == [{"role": "tool", "content": "next"}]
+
+
 def test_async_vector_env_leaves_no_shared_files():
     before = set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
     code = (
