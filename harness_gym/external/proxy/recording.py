@@ -379,14 +379,15 @@ def results_in(messages: Any, index: CallIndex) -> dict[str, str]:
     """Reply call id -> the tool result (its text) one history carries for it, matched by call id
     (Gemini's wire has no ids: by function name, in order). Results for calls no reply made are left out."""
     matched, _ = index.match(messages)
-    made = {str(c["id"]): c for c in index.made}
+    made: dict[str, dict[str, Any]] | None = None  # id -> call, made only for Gemini's results
     results: dict[str, str] = {}
     for message in messages or []:
         if not isinstance(message, dict) or message.get("role") != "tool":
             continue
         said = str(message.get("tool_call_id"))
-        call_id = matched.get(said) or (said if said in made else None)
+        call_id = matched.get(said) or (said if said in index.by_id else None)
         if call_id is None:  # Gemini: a result names its function, not a call id
+            made = made if made is not None else {str(c["id"]): c for c in index.made}
             call_id = next((i for i, c in made.items() if c["name"] == said and i not in results), None)
         if call_id is not None and call_id not in results:
             results[call_id] = text_of(message.get("content"))  # text: no part of a parsed tree kept
