@@ -32,7 +32,7 @@ from harness_gym.factors.workflow import Workflow
 from harness_gym.harness import Harness
 from harness_gym.hooks import CallRecord, EpisodeState, HookRunner
 from harness_gym.sandboxes import spare
-from harness_gym.sandboxes.base import Sandbox, SandboxFactory, choose_backend, create_sandbox
+from harness_gym.sandboxes.base import Sandbox, SandboxBackend, SandboxFactory, choose_backend, create_sandbox
 from harness_gym.sandboxes.options import SandboxOptions
 from harness_gym.space import BASE_CONFIG, HarnessConfig
 from harness_gym.spaces import AssistantActionSpace, chat_observation_space
@@ -742,6 +742,8 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             if background and self._spares_for(self.task):
                 self._sandboxes = {k: v for k, v in self._sandboxes.items() if v is not self.sandbox}
                 finished, self.sandbox = self.sandbox, None
+                if isinstance(finished, SandboxBackend):  # its processes die now, the rest later
+                    finished.stop_agent()
             else:
                 self.sandbox.close()
         self.workspace = None

@@ -179,6 +179,12 @@ class SandboxBackend(ABC):
             script = command.replace("{grader}", self._grader_path(folder, mount))
             return self._run_grader(folder, mount, script, timeout_s, env)
 
+    def stop_agent(self) -> None:
+        """End every process the agent started, now (what :meth:`grade` does first). A reset calls it
+        on the finished episode's sandbox, so nothing of that episode runs beside the next one while
+        the rest of its close (cgroups, uid, workspace) waits in the background."""
+        self._stop_agent()
+
     # ------------------------------------------------------------------ hooks
 
     @abstractmethod
