@@ -358,8 +358,9 @@ def die_with_parent() -> None:
 
 # ----------------------------------------------------------------------------- descriptors
 
-DESCRIPTORS_PER_SANDBOX = 6  # what an owner keeps open per live sandbox: uid lock, output pipe, status
-# socket, command pipe, tool-server request and reply pipes (measured; a warm spare holds as many)
+DESCRIPTORS_PER_SANDBOX = 8  # what an owner keeps open per live sandbox: uid lock, output pipe, status
+# socket, command pipe, tool-server request and reply pipes (measured 6; a warm spare holds as many), and
+# a copy-on-write workspace's mount namespace and tmpfs (layers.EpisodeMounts)
 
 
 def raise_descriptor_limit() -> int:
