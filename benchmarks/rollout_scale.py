@@ -2,7 +2,7 @@
 environments against the floor's steps/s, sandboxes lost to thread exits and reclaims.
 
     python benchmarks/rollout_scale.py [--environments 64] [--rounds 3] [--single-rounds 10] [--out benchmarks/results/rollout_scale.json]
-    python benchmarks/rollout_scale.py --vector 32,64 [--vector-resets 20] [--vector-batches 200] [--out benchmarks/results/rollout_vector.json]
+    python benchmarks/rollout_scale.py --vector 32,64 [--vector-modes thread,async] [--vector-resets 20] [--vector-batches 200] [--out benchmarks/results/rollout_vector.json]
     python benchmarks/rollout_scale.py --losses 8,64,256 [--out benchmarks/results/rollout_losses.json]
 
 Measured (ms). One reset's floor (:class:`FloorReset`: a tmpfs, an overlay of the task's layer, a
@@ -17,9 +17,12 @@ episode whose sandbox was a spare; and how many sandboxes a pool's shutdown kill
 in each: lost when it does not answer in the same shell). The targets of issue 27 are checked as
 ratios to the floor's p50. Prints the figures and writes them as JSON.
 
-``--vector``: ``gym.make_vec(..., vectorization_mode="async")`` at each count: resets that crash
-(of ``--vector-resets``), and steps per second of a bash `true` in every environment against as
-many floor shells stepped the same way, batch by batch interleaved (target 0.6x).
+``--vector``: at each count, each of ``--vector-modes``: ``thread`` (:class:`harness_gym.vector.ThreadVectorEnv`,
+the sub-environments on threads of one process) and ``async`` (``gym.make_vec(...,
+vectorization_mode="async")``, a process each): resets that crash (of ``--vector-resets``), and
+steps per second of a bash `true` in every environment against as many floor shells stepped the
+same way, batch by batch interleaved (target 0.6x); the rate is also given over the batches in
+which no episode ended (was graded) or was reset.
 
 ``--losses`` counts only what an RL run must never meet, at each number of environments: an owner
 process holding that many sandboxes is killed with -9 (its uids are leased again by this process,
@@ -470,6 +473,7 @@ def vector(count: int, resets: int, batches: int, mode: str = "async") -> dict[s
     envs = _vector_envs(mode, count)
     floors = [FloorShell(own_session=True, bwrap=floor_bwrap()) for _ in range(count)]
     vec_s: list[float] = []
+    step_only_s: list[float] = []  # batches in which no episode ended (graded) and none was reset
     floor_s: list[float] = []
     started_load = _uptime()
     try:
@@ -491,19 +495,26 @@ def vector(count: int, resets: int, batches: int, mode: str = "async") -> dict[s
         actions = tuple(call % name for name in infos["tool_names"]["execute_bash"])
         envs.step(actions)  # warm: the first step of an episode
         _floor_batch(floors)
+        resetting = False  # an episode ended at the last step: this one resets it (NEXT_STEP autoreset)
         for index in range(batches):
             for side in ("vec", "floor") if index % 2 == 0 else ("floor", "vec"):
                 started = time.perf_counter()
                 if side == "vec":
-                    envs.step(actions)  # an episode that ends is reset at the next step (autoreset)
+                    _, _, terminated, truncated, _ = envs.step(actions)
+                    ended = bool(terminated.any() or truncated.any())
+                    vec_s.append(time.perf_counter() - started)
+                    if not (ended or resetting):
+                        step_only_s.append(vec_s[-1])
+                    resetting = ended
                 else:
                     _floor_batch(floors)
-                (vec_s if side == "vec" else floor_s).append(time.perf_counter() - started)
+                    floor_s.append(time.perf_counter() - started)
     finally:
         envs.close()
         for floor in floors:
             floor.close()
     vec_rate, floor_rate = count * len(vec_s) / sum(vec_s), count * len(floor_s) / sum(floor_s)
+    step_rate = count * len(step_only_s) / sum(step_only_s) if step_only_s else None
     return {
         "mode": mode,
         "environments": count,
@@ -516,6 +527,9 @@ def vector(count: int, resets: int, batches: int, mode: str = "async") -> dict[s
         "steps_per_s": round(vec_rate, 1),
         "floor_steps_per_s": round(floor_rate, 1),
         "steps_per_s_vs_floor": round(vec_rate / floor_rate, 3),
+        "batches_without_an_episode_end": len(step_only_s),
+        "steps_per_s_without_episode_ends": round(step_rate, 1) if step_rate else None,
+        "steps_per_s_without_episode_ends_vs_floor": round(step_rate / floor_rate, 3) if step_rate else None,
         "target_vs_floor": 0.6,
         "met": not crashes and vec_rate / floor_rate >= 0.6,
         "uptime": f"{started_load} at the start, {_uptime()} at the end",

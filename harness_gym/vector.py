@@ -138,11 +138,11 @@ class ThreadVectorEnv(SyncVectorEnv):
             i: _bound(self.envs[i].reset, seed=seed[i], options=options) for i in np.flatnonzero(mask).tolist()
         }
         results = self._workers.run(jobs, "reset")
-        infos: dict[str, Any] = {}
+        env_infos: list[tuple[int, dict[str, Any]]] = []
         for i in sorted(results):
             self._env_obs[i], env_info = results[i]
-            infos = self._add_info(infos, env_info, i)
-        return self._batched(), infos
+            env_infos.append((i, env_info))
+        return self._batched(), self._merged_infos(env_infos)
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """As ``SyncVectorEnv.step`` (``autoreset_mode`` NEXT_STEP, SAME_STEP or DISABLED), each
@@ -163,7 +163,7 @@ class ThreadVectorEnv(SyncVectorEnv):
             else:
                 jobs[i] = _bound(_step_then_maybe_reset, env, action, mode == AutoresetMode.SAME_STEP)
         results = self._workers.run(jobs, "step")
-        infos: dict[str, Any] = {}
+        env_infos: list[tuple[int, dict[str, Any]]] = []
         for i in range(self.num_envs):
             if resetting[i]:
                 self._env_obs[i], env_info = results[i]
@@ -172,10 +172,11 @@ class ThreadVectorEnv(SyncVectorEnv):
                 observation, reward, terminated, truncated, env_info, final = results[i]
                 self._rewards[i], self._terminations[i], self._truncations[i] = reward, terminated, truncated
                 if final is not None:  # SAME_STEP: the episode ended and was reset in this step
-                    infos = self._add_info(infos, {"final_obs": observation, "final_info": env_info}, i)
+                    env_infos.append((i, {"final_obs": observation, "final_info": env_info}))
                     observation, env_info = final
                 self._env_obs[i] = observation
-            infos = self._add_info(infos, env_info, i)
+            env_infos.append((i, env_info))
+        infos = self._merged_infos(env_infos)
         observations = self._batched()
         self._autoreset_envs = np.logical_or(self._terminations, self._truncations)
         return (
@@ -185,6 +186,48 @@ class ThreadVectorEnv(SyncVectorEnv):
             np.copy(self._truncations),
             infos,
         )
+
+    def _merged_infos(self, env_infos: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
+        """What folding Gymnasium's ``_add_info`` over ``env_infos`` in order gives, built one key at a
+        time: a harness step's info has ~17 keys, and the fold cost 0.3 ms per sub-environment
+        (as much as its ``env.step``'s own Python) in arrays made and dicts looked up per value."""
+        keys: dict[str, list[tuple[int, Any]]] = {}
+        for index, info in env_infos:
+            for key, value in info.items():
+                keys.setdefault(key, []).append((index, value))
+        if any(key.startswith("_") for key in keys):  # a key could collide with a mask: the fold itself
+            return self._folded(env_infos)
+        merged: dict[str, Any] = {}
+        for key, values in keys.items():
+            dicts = sum(isinstance(value, dict) for _, value in values)
+            if key == "final_obs" or dicts == 0:
+                array = self._info_array(key, values[0][1])
+                for index, value in values:
+                    array[index] = value
+            elif dicts == len(values):
+                array = self._merged_infos(values)
+            else:  # some dicts, some not: Gymnasium's own fold, whatever it makes of that
+                merged.update(self._folded([(index, {key: value}) for index, value in values]))
+                continue
+            mask = np.zeros(self.num_envs, dtype=np.bool_)
+            mask[[index for index, _ in values]] = True
+            merged[key], merged[f"_{key}"] = array, mask
+        return merged
+
+    def _folded(self, env_infos: list[tuple[int, dict[str, Any]]]) -> dict[str, Any]:
+        infos: dict[str, Any] = {}
+        for index, info in env_infos:
+            infos = self._add_info(infos, info, index)
+        return infos
+
+    def _info_array(self, key: str, first: Any) -> np.ndarray:
+        """The array ``_add_info`` makes for ``key`` when ``first`` is its first value."""
+        if key != "final_obs":
+            if type(first) in (int, float, bool) or issubclass(type(first), np.number):
+                return np.zeros(self.num_envs, dtype=type(first))
+            if isinstance(first, np.ndarray):
+                return np.zeros((self.num_envs, *first.shape), dtype=first.dtype)
+        return np.full(self.num_envs, fill_value=None, dtype=object)
 
     def _batched(self) -> Any:
         self._observations = concatenate(self.single_observation_space, self._env_obs, self._observations)

@@ -38,7 +38,7 @@ def _bash(command: str) -> str:
 def _comparable(value):
     """What two runs of the same seeds and actions must share: timings and sandbox uids left out."""
     if isinstance(value, dict):
-        return {k: _comparable(v) for k, v in value.items() if k.lstrip("_") not in ("durations", "sandbox_limits")}
+        return {k: _comparable(v) for k, v in value.items() if str(k).lstrip("_") not in ("durations", "sandbox_limits")}
     if isinstance(value, (list, tuple)):
         return [_comparable(v) for v in value]
     if isinstance(value, np.ndarray):
@@ -166,3 +166,25 @@ def test_a_sub_environment_that_raises_is_named_and_leaks_no_sandbox(tmp_path):
     assert not [t for t in threading.enumerate() if t.name.startswith("harness-gym-vector-")]
     with pytest.raises(ValueError, match="max_workers"):
         ThreadVectorEnv([healthy], max_workers=0)
+
+
+def test_merged_infos_equal_gymnasiums_fold_of_add_info():
+    """The batched info merge gives what ``_add_info`` folded in order gives, on infos with keys
+    missing in some, nested dicts, numbers, arrays, objects, a key that is a dict in one and not
+    in another, ``final_obs``, and a key that collides with a mask's name."""
+    envs = ThreadVectorEnv.__new__(ThreadVectorEnv)
+    envs.num_envs = 4
+    cases = [
+        [(0, {"a": 1, "b": {"c": 2.5, "d": "x"}}), (1, {"a": 2, "e": np.int8(3)}), (3, {"b": {"c": 1}, "f": [1]})],
+        [(0, {"g": np.arange(3), "h": True}), (2, {"g": np.ones(3), "h": False, "i": None})],
+        [(1, {"m": {"n": 1}}), (2, {"m": 5}), (3, {"final_obs": {"messages": []}, "final_info": {"a": 1}})],
+        [(0, {"k": 1, "_k": "collides"}), (1, {"k": 2})],
+        [],
+    ]
+    for case in cases:
+        expected = envs._folded(case)
+        merged = envs._merged_infos(case)
+        assert list(merged) == list(expected)
+        for key in expected:
+            assert _comparable(merged[key]) == _comparable(expected[key])
+            assert getattr(merged[key], "dtype", None) == getattr(expected[key], "dtype", None)
