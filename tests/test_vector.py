@@ -188,3 +188,19 @@ def test_merged_infos_equal_gymnasiums_fold_of_add_info():
         for key in expected:
             assert _comparable(merged[key]) == _comparable(expected[key])
             assert getattr(merged[key], "dtype", None) == getattr(expected[key], "dtype", None)
+
+
+def test_copied_observations_are_independent_deep_copies():
+    from harness_gym.vector import copied
+
+    shared = {"role": "tool", "content": "x", "tool_calls": [{"function": {"name": "a", "arguments": "{}"}}]}
+    observation = {"messages": ([shared], [dict(shared)]), "tools": ([{"parameters": {"type": "object"}}],)}
+    observation["extra"] = np.arange(3)
+    copy = copied(observation)
+    assert _comparable(copy) == _comparable(observation)
+    copy["messages"][0][0]["tool_calls"][0]["function"]["name"] = "changed"
+    copy["tools"][0][0]["parameters"]["type"] = "changed"
+    copy["extra"][0] = 7
+    assert shared["tool_calls"][0]["function"]["name"] == "a"
+    assert observation["tools"][0][0]["parameters"]["type"] == "object" and observation["extra"][0] == 0
+    assert isinstance(copy["messages"], tuple)
