@@ -35,7 +35,11 @@ from rollout_scale import FloorReset, _task, _uptime  # noqa: E402
 # their time is taken out of the stage around them (each figure is its own part of the start)
 STAGES: tuple[tuple[str, str, str], ...] = (
     ("end of the last episode (kill, unmount, release)", "harness_gym.env", "HarnessEnv._end_episode"),
-    ("layered workspace (tmpfs; layer lookup)", "harness_gym.sandboxes.bubblewrap", "BubblewrapSandbox.new_layered_workspace"),
+    (
+        "layered workspace (tmpfs; layer lookup)",
+        "harness_gym.sandboxes.bubblewrap",
+        "BubblewrapSandbox.new_layered_workspace",
+    ),
     ("descriptor limit, control folder", "harness_gym.sandboxes.isolation", "private_folder"),
     ("uid lease", "harness_gym.sandboxes.isolation", "UidLease.acquire"),
     ("registry lines", "harness_gym.sandboxes.isolation", "Registry.add"),
@@ -97,10 +101,10 @@ def _wrap(timers: Timers, label: str, module: str, path: str, main: int) -> Call
     replaced = []
     if not parents:
         for other in list(sys.modules.values()):
-            if other is not None and getattr(other, "__name__", "").startswith("harness_gym") and other is not owner:
-                if getattr(other, name, None) is original:
-                    setattr(other, name, timed)
-                    replaced.append(other)
+            ours = other is not None and other is not owner and getattr(other, "__name__", "").startswith("harness_gym")
+            if ours and getattr(other, name, None) is original:
+                setattr(other, name, timed)
+                replaced.append(other)
 
     def undo() -> None:
         setattr(owner, name, original)
@@ -159,7 +163,10 @@ def measure(starts: int, pause_s: float) -> dict[str, Any]:
     return {
         "uptime": _uptime(),
         "starts": starts,
-        "reset_without_spare_ms": {"p50": round(statistics.median(resets), 2), "mean": round(statistics.mean(resets), 2)},
+        "reset_without_spare_ms": {
+            "p50": round(statistics.median(resets), 2),
+            "mean": round(statistics.mean(resets), 2),
+        },
         "floor_ms": {"p50": round(floor_p50, 2), "mean": round(statistics.mean(floors), 2)},
         "reset_vs_floor_p50": round(statistics.median(resets) / floor_p50, 2),
         "stages_ms": {

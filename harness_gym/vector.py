@@ -33,10 +33,12 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import concatenate, iterate
 
+from harness_gym.errors import HarnessGymError
+
 Job = Callable[[], Any]
 
 
-class SubEnvironmentError(RuntimeError):
+class SubEnvironmentError(HarnessGymError, RuntimeError):
     """One or more sub-environments raised during a batch: ``failures`` maps each index to its exception."""
 
     def __init__(self, operation: str, failures: dict[int, BaseException]) -> None:
@@ -321,9 +323,7 @@ def make_vec(
     def make_one() -> gym.Env[Any, Any]:
         return gym.make(env_id, **kwargs)
 
-    envs = ThreadVectorEnv(
-        [make_one] * num_envs, copy=copy, autoreset_mode=autoreset_mode, max_workers=max_workers
-    )
+    envs = ThreadVectorEnv([make_one] * num_envs, copy=copy, autoreset_mode=autoreset_mode, max_workers=max_workers)
     spec = gym.spec(env_id) if isinstance(env_id, str) else env_id
     envs.spec = copying.deepcopy(spec)
     envs.spec.kwargs = {**spec.kwargs, **kwargs, "num_envs": num_envs}

@@ -38,7 +38,9 @@ def _bash(command: str) -> str:
 def _comparable(value):
     """What two runs of the same seeds and actions must share: timings and sandbox uids left out."""
     if isinstance(value, dict):
-        return {k: _comparable(v) for k, v in value.items() if str(k).lstrip("_") not in ("durations", "sandbox_limits")}
+        return {
+            k: _comparable(v) for k, v in value.items() if str(k).lstrip("_") not in ("durations", "sandbox_limits")
+        }
     if isinstance(value, (list, tuple)):
         return [_comparable(v) for v in value]
     if isinstance(value, np.ndarray):
