@@ -206,3 +206,16 @@ def test_copied_observations_are_independent_deep_copies():
     assert shared["tool_calls"][0]["function"]["name"] == "a"
     assert observation["tools"][0][0]["parameters"]["type"] == "object" and observation["extra"][0] == 0
     assert isinstance(copy["messages"], tuple)
+
+
+def test_gymnasium_make_vec_modes_for_the_registered_ids():
+    """``vectorization_mode="vector_entry_point"`` is refused for the ``Harness-*`` ids: Gymnasium
+    1.x refuses it for any spec with ``additional_wrappers`` (their GradeTruncation), so none is
+    registered, and ``gym.make_vec``'s default stays SyncVectorEnv (a registered vector entry point
+    would make that default raise too). ``harness_gym.vector.make_vec`` is the way to threads."""
+    with pytest.raises(gym.error.Error, match="vector entry point|additional_wrappers"):
+        gym.make_vec(ENV_ID, num_envs=2, vectorization_mode="vector_entry_point")
+    assert gym.spec(ENV_ID).vector_entry_point is None and gym.spec(ENV_ID).additional_wrappers
+    envs = gym.make_vec(ENV_ID, num_envs=2)
+    assert isinstance(envs, SyncVectorEnv) and not isinstance(envs, ThreadVectorEnv)
+    envs.close()
