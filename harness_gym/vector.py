@@ -202,10 +202,11 @@ class ThreadVectorEnv(SyncVectorEnv):
         merged: dict[str, Any] = {}
         for key, values in keys.items():
             dicts = sum(isinstance(value, dict) for _, value in values)
+            array: np.ndarray | dict[str, Any]
             if key == "final_obs" or dicts == 0:
-                array = self._info_array(key, values[0][1])
+                array = column = self._info_array(key, values[0][1])
                 for index, value in values:
-                    array[index] = value
+                    column[index] = value
             elif dicts == len(values):
                 array = self._merged_infos(values)
             else:  # some dicts, some not: Gymnasium's own fold, whatever it makes of that
