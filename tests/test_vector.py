@@ -213,7 +213,7 @@ def test_gymnasium_make_vec_modes_for_the_registered_ids():
     1.x refuses it for any spec with ``additional_wrappers`` (their GradeTruncation), so none is
     registered, and ``gym.make_vec``'s default stays SyncVectorEnv (a registered vector entry point
     would make that default raise too). ``harness_gym.vector.make_vec`` is the way to threads."""
-    with pytest.raises(gym.error.Error, match="vector entry point|additional_wrappers"):
+    with pytest.raises(gym.error.Error, match=r"vector entry point|additional_wrappers"):
         gym.make_vec(ENV_ID, num_envs=2, vectorization_mode="vector_entry_point")
     assert gym.spec(ENV_ID).vector_entry_point is None and gym.spec(ENV_ID).additional_wrappers
     envs = gym.make_vec(ENV_ID, num_envs=2)
