@@ -216,7 +216,10 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         self.workflow = Workflow(self.harness_spec)
 
         self.sandbox, self.workspace = self._episode_sandbox(self.task)
-        self.context = ContextManager(self.harness_spec, self.summarizer, self.sandbox.write_file, self.task.mount_path)
+        # a fold's summary file is written without waiting where the sandbox can (its reply is read
+        # before the next sandbox operation: the model's next reply overlaps the second round trip)
+        write = getattr(self.sandbox, "write_file_soon", None) or self.sandbox.write_file
+        self.context = ContextManager(self.harness_spec, self.summarizer, write, self.task.mount_path)
         self.hooks = HookRunner(self.harness_spec.get("hooks", []))
         self.hook_state = EpisodeState(
             max_steps=self.budget.max_steps, context_limit_chars=self.budget.context_limit_chars
