@@ -3,13 +3,13 @@
 A backend starts one shell per episode. Nothing is written to disk per command: the host sends each
 command over a pipe, which the shell ``eval``s at top level (so ``cd`` and ``export`` persist) with
 stdin /dev/null and stderr joined to stdout. Bash reads a script from a pipe one byte per read(2), so
-(bubblewrap, unsafe-host) a short ASCII command comes inline as a quoted literal and its nonce, then
-the alias ``__hi``; a longer one as the alias ``__hg`` followed by a fixed header (length, nonce) and
+(bubblewrap, unsafe-host) a short ASCII command comes inline as a quoted literal, then the alias
+``__hi`` and its nonce; a longer one as the alias ``__hg`` followed by a fixed header (length, nonce) and
 the command as ``read -N`` blocks, ASCII-escaped for ``printf %b`` so that its length means the same
 in every locale. Docker's ``sh`` gets the command as a shell-quoted literal.
 
-End of a command: after the ``eval`` the shell writes ``<nonce> <status>`` on a status channel that is
-not the output stream. The nonce is fresh for every command and travels only inside the command pipe,
+End of a command: after the ``eval`` the shell writes ``<status> 1 <nonce>`` (stderr mode: ``<nonce>
+<status>``) on a status channel that is not the output stream. The nonce is fresh for every command and travels only inside the command pipe,
 which bash reads as its script descriptor: bash closes that in every subshell and child. Where the backend allows it (bubblewrap, unsafe-host)
 the status channel is a unix seqpacket socket with ``SO_PASSCRED``: a record counts only when the
 kernel says the shell process itself sent it, so no process the agent starts can end a command early
@@ -355,7 +355,6 @@ class ShellSandbox(SandboxBackend):
             self.write_file(path, content)
             return
         request_id, frame = self._frame({"kind": "write", "path": path, "content": content})
-        os.set_blocking(channels.requests, False)
         try:
             written = os.write(channels.requests, frame)
         except BlockingIOError:
@@ -457,6 +456,8 @@ class ShellSandbox(SandboxBackend):
             request_read, request_write = os.pipe()
             reply_read, reply_write = os.pipe()
             channels.requests, channels.replies = request_write, reply_read
+            os.set_blocking(request_write, False)  # the host's ends, once (set_blocking is an ioctl)
+            os.set_blocking(reply_read, False)
             channels.child_fds += [request_read, reply_write]
         return channels
 
@@ -501,7 +502,9 @@ class ShellSandbox(SandboxBackend):
         # `__hd`, set in the redirected group before the `eval`, says the command ran: when bash
         # cannot make the redirections (`ulimit -n 4`) it skips the group and the host replaces the
         # shell (before, the record's own redirection failed too, and the host waited its timeout)
-        run = '__hd=; { __hd=1; eval "$__hc"; } 0</dev/null 1>&2 2>&1; echo "$__hn $? $__hd"'
+        # The record is `<status> <1 if it ran> <nonce>`: a short command's frame puts its nonce after
+        # the alias, as the `echo`'s last word (no `__hn=` assignment for bash to read byte by byte).
+        run = '__hd=; { __hd=1; eval "$__hc"; } 0</dev/null 1>&2 2>&1; echo "$? $__hd"'
         # a long command: its header (length, nonce) and text as `read -N` blocks (bash's parser
         # reads a script one byte per read(2)); a short one (``_INLINE_MAX``) is cheaper inline as a
         # quoted literal than two `read` builtins and a `printf %b`
@@ -509,9 +512,10 @@ class ShellSandbox(SandboxBackend):
             'IFS= read -r -u "$__hf" -N 24 __hh; IFS= read -r -u "$__hf" -N "$((16#${__hh:0:8}))" __he; '
             'printf -v __hc %b "$__he"; __hn=${__hh:8}; unset __he __hh; '
         )
+        named = ' "$__hn"'  # a long command's nonce comes in its header
         lines += [
             "shopt -s expand_aliases",
-            f"alias __hg={shlex.quote(read + run)}",
+            f"alias __hg={shlex.quote(read + run + named)}",
             f"alias __hi={shlex.quote(run)}",
         ]
         lines.append("printf '%s %s\\n' hello \"$$\"")
@@ -530,7 +534,7 @@ class ShellSandbox(SandboxBackend):
         if self.status_channel == "socket":
             if len(command) <= _INLINE_MAX and command.isascii():
                 literal = command.replace("\0", "").replace("'", "'\\''").encode()
-                self._write(b"__hc='%s';__hn=%s;__hi\n" % (literal, nonce.encode()))
+                self._write(b"__hc='%s';__hi %s\n" % (literal, nonce.encode()))
                 return nonce
             # the header (length, nonce) and the command as `read -N` blocks, the command as ASCII (so
             # its length means the same in every locale), decoded by printf %b
@@ -615,8 +619,9 @@ class ShellSandbox(SandboxBackend):
             if startup and self.status_channel != "socket":  # `hello <pid> <secret>` from a warden, else `hello <pid>`
                 value, _, secret = value.strip().partition(" ")
                 self._fence_secret = secret
-            elif not startup and self.status_channel == "socket":  # `<nonce> <status> <1 if it ran>`
-                value, _, ran = value.partition(" ")
+            elif not startup and self.status_channel == "socket":  # `<status> <1 if it ran> <nonce>`
+                parts = record.split(" ")
+                value, ran, word = parts if len(parts) == 3 else ("", "", "")
             status = _status_number(value)
             if word != nonce or status is None:
                 self.forged_records += 1
@@ -731,6 +736,8 @@ class ShellSandbox(SandboxBackend):
                 raise SandboxError(f"{type(self).__name__} cannot start its tool server")
             channels.server, channels.server_started = server, True
             channels.requests, channels.replies = os.dup(server.stdin.fileno()), os.dup(server.stdout.fileno())
+            os.set_blocking(channels.requests, False)
+            os.set_blocking(channels.replies, False)
         assert channels.requests is not None and channels.replies is not None
         timeout = self._bounded_timeout(timeout_s)
         started = time.perf_counter()
@@ -778,9 +785,7 @@ class ShellSandbox(SandboxBackend):
     def _exchange(self, channels: _Channels, frame: bytes, timeout: float) -> tuple[dict[str, Any] | None, str]:
         assert channels.requests is not None and channels.replies is not None
         deadline = time.monotonic() + timeout
-        view = memoryview(frame)
-        os.set_blocking(channels.requests, False)
-        os.set_blocking(channels.replies, False)
+        view = memoryview(frame)  # (both ends are non-blocking since they were made)
         received = bytearray()
         needed: int | None = None
         while True:
