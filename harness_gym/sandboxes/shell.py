@@ -761,7 +761,7 @@ class ShellSandbox(SandboxBackend):
         """A request's id and its frame for the tool server (with the start byte if it is not started)."""
         channels = self._channels
         assert channels is not None
-        request_id = secrets.token_hex(16)
+        request_id = self._nonce() + self._nonce()  # 128 bits from the pool: no getrandom(2) a request
         request = dict(request, id=request_id, limit=self.output_limit_chars)
         body = json.dumps(request, default=str).encode()  # ASCII: lone surrogates travel as \\u escapes
         frame = (b"" if channels.server_started else b"G") + _FRAME.pack(len(body)) + body
