@@ -222,3 +222,11 @@ def test_a_command_cannot_redirect_the_status_socket_or_later_output(box):
     before = box.forged_records
     assert box.run('echo "$__hn 0 1"; (exit 4)').exit_code == 4
     assert box.forged_records == before, "the command's output reached the status channel"
+
+
+def test_a_primed_server_says_it_is_up_before_the_first_call(box):
+    """A spare's worker primes the tool server and waits for its "up" byte, so the episode's first
+    tool call never waits for an interpreter to start; the byte never reaches a reply."""
+    assert box.prime_tool_server(wait_s=10.0) is True
+    result = box.run_tool("library.py", {"op": "read_file", "args": {"path": "a.txt"}, "root": ROOT})
+    assert result.exit_code == 0 and "alpha" in result.output

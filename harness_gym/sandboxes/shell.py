@@ -90,6 +90,7 @@ class _Channels:
     replies: int | None = None  # the tool server's reply pipe (host reads)
     child_fds: list[int] = field(default_factory=list)
     server_started: bool = False
+    announced: bool = True  # False while a shell-started server's "S" (it is up and sealed) is unread
     server: subprocess.Popen[bytes] | None = None  # a tool server started as a process of its own
     poller: Any = None  # select.poll over (status, output), made at the first command and kept
 
@@ -458,6 +459,7 @@ class ShellSandbox(SandboxBackend):
             channels.requests, channels.replies = request_write, reply_read
             os.set_blocking(request_write, False)  # the host's ends, once (set_blocking is an ioctl)
             os.set_blocking(reply_read, False)
+            channels.announced = False
             channels.child_fds += [request_read, reply_write]
         return channels
 
@@ -484,7 +486,7 @@ class ShellSandbox(SandboxBackend):
             shell = self._shell_program()
             # an orphaned launcher (not a job of the shell, so `wait` and `kill %1` do not see it) that
             # execs the server when the first request's start byte arrives
-            launcher = 'read -r -N 1 _ && exec "$0" -I -S "$1"'
+            launcher = 'read -r -N 1 _ && exec "$0" -I -S "$1" --announce'
             lines.append(
                 f"( {shlex.quote(shell)} --noprofile --norc -c {shlex.quote(launcher)} {shlex.quote(server)} "
                 f"{self.tools_dir}/server.py 0<&{request_fd} 1>&{reply_fd} 2>/dev/null "
@@ -768,19 +770,33 @@ class ShellSandbox(SandboxBackend):
         channels.server_started = True
         return request_id, frame
 
-    def prime_tool_server(self) -> None:
-        """Start the in-sandbox tool server now, in the background: its launcher gets the start byte
-        and execs Python while the episode starts (a spare: off every clock), not at the first
-        non-shell tool call or context fold (90-280 ms of interpreter start). Nothing when the server
-        is started already or is a process of its own (Docker)."""
+    def prime_tool_server(self, wait_s: float = 0.0) -> bool:
+        """Start the in-sandbox tool server now: its launcher gets the start byte and execs Python
+        while the episode starts (a spare: off every clock), not at the first non-shell tool call or
+        context fold (90-280 ms of interpreter start). ``wait_s``: wait that long for the server to
+        say it is up (a spare's worker does, so a spare handed out has its server answering: on a
+        loaded machine the interpreter took longer than the model's first reply, and the episode's
+        first tool call waited up to 0.5 s for it). Returns whether the server is known to be up
+        (True also for a server that is a process of its own, Docker's, which announced itself)."""
         channels = self._channels
-        if channels is None or channels.requests is None or channels.server_started:
-            return
-        try:
-            os.write(channels.requests, b"G")
-        except OSError:  # the shell is gone: the next request restarts the sandbox's processes
-            return
-        channels.server_started = True
+        if channels is None or channels.requests is None:
+            return False
+        if not channels.server_started:
+            try:
+                os.write(channels.requests, b"G")
+            except OSError:  # the shell is gone: the next request restarts the sandbox's processes
+                return False
+            channels.server_started = True
+        if not channels.announced and wait_s > 0 and channels.replies is not None:
+            ready, _ = wait_for([channels.replies], [], wait_s)
+            if ready:
+                try:
+                    byte = os.read(channels.replies, 1)
+                except BlockingIOError:
+                    byte = b""
+                if byte:  # "S"; anything else is no announcement, and the next request finds out
+                    channels.announced = True
+        return channels.announced
 
     def _exchange(self, channels: _Channels, frame: bytes, timeout: float) -> tuple[dict[str, Any] | None, str]:
         assert channels.requests is not None and channels.replies is not None
@@ -809,6 +825,9 @@ class ShellSandbox(SandboxBackend):
             if not chunk:
                 return None, "eof"
             received += chunk
+            if not channels.announced and received[:1] == b"S":  # the server's "up" byte, unread before
+                del received[:1]  # (a frame starts with its length's high byte: 0 below 16 MB)
+                channels.announced = True
             if needed is None and len(received) >= _FRAME.size:
                 needed = _FRAME.unpack_from(received)[0] + _FRAME.size
             if needed is not None and len(received) >= needed:
