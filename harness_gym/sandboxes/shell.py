@@ -30,7 +30,8 @@ and never counts a record from any other process or for any other command.
 Output is capped exactly: at most ``output_limit_chars`` bytes of head and tail plus one elision note.
 A command that outlives its timeout takes the whole process tree with it and a new shell is started;
 the result says so. The non-bash tools run in a persistent Python tool server (see
-``tools/scripts/server.py``) started lazily at the first tool call, inside the same sandbox, with the
+``tools/scripts/server.py``) started by the first tool call or primed at the start (a warm spare waits for
+it to announce itself), inside the same sandbox, with the
 same limits, on pipes only the host and the server hold.
 """
 
