@@ -5,20 +5,24 @@ The high-volume part drives the real parse, validation, dispatch, observation an
 against a cheap in-process sandbox stand-in (a real sandbox cannot take 10,000 examples per
 format in CI time); the stand-in checks what a real sandbox needs (text that encodes, a finite
 timeout within the ceiling). ``HARNESS_GYM_FUZZ_EXAMPLES`` sets the examples per tool-call format
-and per preset (default 200; the issue's full run is ``HARNESS_GYM_FUZZ_EXAMPLES=10000``). The
-end-to-end part runs a few examples through a real bubblewrap sandbox.
+and per preset (default 200; the issue's full run is ``HARNESS_GYM_FUZZ_EXAMPLES=10000``); the
+examples for one tool set are drawn once and every environment with those tools (the 31 formats)
+checks all of them. The end-to-end part runs a few examples through a real bubblewrap sandbox.
 """
 
+import copy
+import functools
 import json
 import math
 import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import requires_bwrap
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from harness_gym import HarnessEnv
@@ -162,24 +166,45 @@ def _stand_in_env(**kwargs) -> HarnessEnv:
     )
 
 
-def _fuzz(env: HarnessEnv, examples: int) -> None:
+@functools.cache
+def _examples(tool_names: frozenset[str], examples: int) -> tuple[Any, ...]:
+    """``examples`` actions hypothesis draws for tools named ``tool_names``, plus the explicit hostile
+    ones, drawn once per session and shared by every environment with those tools: drawing costs
+    ~12 ms an action and checking one ~0.1 ms, so the 31 tool-call formats (one tool set) each check
+    the same number of fresh examples as before for the price of one draw (110 s -> 10 s)."""
+    drawn: list[Any] = []
+
     @settings(
         max_examples=examples,
         deadline=None,
         database=None,
+        phases=[Phase.explicit, Phase.generate],
         suppress_health_check=list(HealthCheck),
     )
-    @given(action=actions(env.tool_interface.tools))
+    @given(action=actions(tool_names))
     @example(action=f"<tool_call>{DEEP}</tool_call>")
     @example(action={"role": "assistant", "content": 7, "tool_calls": [{"function": {"name": "x", "arguments": DEEP}}]})
     @example(action='<tool_call>{"name": "execute_bash", "arguments": {"command": "echo \\ud800"}}</tool_call>')
     @example(action={"role": "assistant", "content": None, "tool_calls": {"not": "a list"}})
-    def property_holds(action) -> None:
-        _check_step(env, action)
+    def draw(action) -> None:
+        drawn.append(action)
 
+    draw()
+    return tuple(drawn)
+
+
+def _fuzz(env: HarnessEnv, examples: int) -> None:
+    """Every drawn action through ``env.step`` (a fresh copy each: a step must not see another
+    environment's changes); a failure names the example (unshrunk: rerun it alone to minimise)."""
     try:
         env.reset(seed=0, options={"task_id": TASK})
-        property_holds()
+        pool = _examples(frozenset(env.tool_interface.tools), examples)
+        assert len(pool) >= examples
+        for index, action in enumerate(pool):
+            try:
+                _check_step(env, copy.deepcopy(action))
+            except Exception as exc:
+                raise AssertionError(f"example {index} of {len(pool)} failed: {repr(action)[:500]}") from exc
     finally:
         env.close()
 
