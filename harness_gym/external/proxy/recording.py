@@ -131,9 +131,9 @@ MAX_RECORDED_BYTES = 256 * 1024 * 1024  # request bytes one rollout's records ma
 _VOLATILE = re.compile(r"^x-anthropic-billing-header:.*$", re.MULTILINE)
 
 
-def system_key(request: PolicyRequest) -> str:
-    """The system prompt as compared for side-request tagging."""
-    return _VOLATILE.sub("", request.system).strip()
+def system_key(system: str) -> str:
+    """A system prompt as compared for side-request tagging (the regex runs only where its header is)."""
+    return (_VOLATILE.sub("", system) if "x-anthropic-billing-header:" in system else system).strip()
 
 
 class RolloutChannel:
@@ -167,6 +167,7 @@ class RolloutChannel:
         self.exceeded: str | None = None
         self.connections = 0  # connections open now that sent this channel's secret
         self.first_system: str | None = None
+        self._system: tuple[str | None, str] = (None, "")  # the last system prompt tagged and its key
         self.tampered: str | None = None
         self.max_recorded_bytes = MAX_RECORDED_BYTES
         self.recorded_bytes = 0
@@ -210,8 +211,11 @@ class RolloutChannel:
 
     def tag(self, request: PolicyRequest) -> PolicyRequest:
         """Mark a side request: no tools, or another system prompt than the rollout's first agent turn."""
-        key = system_key(request)
+        system = request.system
         with self.lock:
+            if system != self._system[0]:  # the CLI resends one prompt: its key is made once (exact text)
+                self._system = (system, system_key(system))
+            key = self._system[1]
             side = not request.tools or (self.first_system is not None and key != self.first_system)
             if not side and self.first_system is None:
                 self.first_system = key
@@ -227,7 +231,7 @@ class RolloutChannel:
         with the secret it reads from the CLI's environment, so a forged call is flagged here, and the
         first one makes the rollout an error (``tampered``). The reason, or None."""
         with self.lock:  # the index grows as records are added, and is read under the same lock
-            forged = self._calls.match(request.messages, self.renamed_calls)[1]
+            matched, forged = self._calls.match(request.messages, self.renamed_calls)
             reason = None
             if forged:
                 reason = (
@@ -236,7 +240,7 @@ class RolloutChannel:
                     "the proxy rewrote it"
                 )
             elif not request.side:  # a later agent turn must carry the result an earlier one gave a call
-                for call_id, text in results_in(request.messages, self._calls).items():
+                for call_id, text in results_in(request.messages, self._calls, matched).items():
                     digest = hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()
                     if self.result_digests.setdefault(call_id, digest) != digest:
                         reason = (
@@ -375,10 +379,12 @@ def forged_calls(messages: Any, replies: list[PolicyReply], renamed: tuple[str, 
     return match_calls(messages, replies, renamed)[1]
 
 
-def results_in(messages: Any, index: CallIndex) -> dict[str, str]:
+def results_in(messages: Any, index: CallIndex, matched: dict[str, str] | None = None) -> dict[str, str]:
     """Reply call id -> the tool result (its text) one history carries for it, matched by call id
-    (Gemini's wire has no ids: by function name, in order). Results for calls no reply made are left out."""
-    matched, _ = index.match(messages)
+    (Gemini's wire has no ids: by function name, in order). Results for calls no reply made are left out.
+    ``matched``: ``index.match(messages)``'s ids where the caller has them (one match a request)."""
+    if matched is None:
+        matched = index.match(messages)[0]
     made: dict[str, dict[str, Any]] | None = None  # id -> call, made only for Gemini's results
     results: dict[str, str] = {}
     for message in messages or []:
