@@ -173,7 +173,7 @@ def render_stream(reply: PolicyReply, body: Mapping[str, Any], model: str) -> It
             delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
         yield sse({"type": "content_block_start", "index": index, "content_block": head}, "content_block_start")
         yield sse({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta")
-        yield sse({"type": "content_block_stop", "index": index}, "content_block_stop")
+        yield _block_stop(index)
     yield sse(
         {
             "type": "message_delta",
@@ -182,7 +182,20 @@ def render_stream(reply: PolicyReply, body: Mapping[str, Any], model: str) -> It
         },
         "message_delta",
     )
-    yield sse({"type": "message_stop"}, "message_stop")
+    yield _MESSAGE_STOP
+
+
+_MESSAGE_STOP = sse({"type": "message_stop"}, "message_stop")
+_BLOCK_STOPS: dict[int, bytes] = {}  # index -> its content_block_stop event (the same bytes every reply)
+
+
+def _block_stop(index: int) -> bytes:
+    event = _BLOCK_STOPS.get(index)
+    if event is None:
+        event = sse({"type": "content_block_stop", "index": index}, "content_block_stop")
+        if index < 64:
+            _BLOCK_STOPS[index] = event
+    return event
 
 
 def error(status: int, message: str) -> dict[str, Any]:

@@ -320,6 +320,9 @@ class CallIndex:
         self.by_id: dict[str, list[int]] = {}  # id -> positions in ``made``
         self._twins: dict[tuple[str, str], list[int]] = {}  # (name, arguments normalized) -> positions
         self._keyed = 0  # the first position not in ``_twins`` yet (keys are made only when needed)
+        # a history's arguments text -> its normalized form: every request resends the same calls (Gemini's
+        # are matched by arguments), so each text is decoded once; keyed by the exact text, bounded
+        self._normal: dict[str, str] = {}
         for reply in replies:
             self.add(reply)
 
@@ -335,6 +338,16 @@ class CallIndex:
                 self._twins.setdefault((call["name"], _normalized(call["arguments"])), []).append(position)
         self._keyed = len(self.made)
         return self._twins
+
+    def _normalized(self, arguments: Any) -> str:
+        if not isinstance(arguments, str):
+            return _normalized(arguments)
+        normal = self._normal.get(arguments)
+        if normal is None:
+            if len(self._normal) >= 4096:
+                self._normal.clear()
+            normal = self._normal[arguments] = _normalized(arguments)
+        return normal
 
     def match(self, messages: Any, renamed: tuple[str, ...] = ()) -> tuple[dict[str, str], list[dict[str, Any]]]:
         """Match each call a history claims to a call of a recorded reply: by id (with the same name,
@@ -357,7 +370,7 @@ class CallIndex:
                 rest.append(call)
         forged = []
         for call in rest:
-            group = self._by_name_and_arguments().get((call["name"], _normalized(call["arguments"])), [])
+            group = self._by_name_and_arguments().get((call["name"], self._normalized(call["arguments"])), [])
             twin = next((p for p in group if p not in taken), None)
             if twin is None:
                 forged.append(call)
