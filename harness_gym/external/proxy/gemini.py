@@ -17,6 +17,7 @@ from typing import Any
 from harness_gym.external.policies import PolicyReply, PolicyRequest, estimate_tokens, text_of
 from harness_gym.external.proxy.wire import (
     OBJECT,
+    DialectError,
     arguments_object,
     as_list,
     finish_of,
@@ -51,8 +52,13 @@ def _json_schema(schema: Any) -> Any:
 
 def _parts(content: Any) -> list[Mapping[str, Any]]:
     require(isinstance(content, OBJECT), "every content must be an object")
-    parts = as_list(content.get("parts"), "parts")
-    require(all(isinstance(p, OBJECT) for p in parts), "every part must be an object")
+    parts = content.get("parts")
+    if parts is None:
+        return []
+    require(isinstance(parts, list), "parts must be a list")
+    for part in parts:  # read, never changed: the body's own list
+        if not isinstance(part, OBJECT):
+            raise DialectError("every part must be an object")
     return parts
 
 
