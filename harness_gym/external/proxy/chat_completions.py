@@ -10,6 +10,7 @@ from typing import Any
 from harness_gym.external.policies import PolicyReply, PolicyRequest
 from harness_gym.external.proxy.wire import (
     OBJECT,
+    DialectError,
     as_list,
     finish_of,
     function_tool,
@@ -21,12 +22,15 @@ from harness_gym.external.proxy.wire import (
 )
 
 DIALECT = "chat"
+_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
 
 def _message(message: Any) -> dict[str, Any]:
-    require(isinstance(message, OBJECT), "every message must be an object")
+    if not isinstance(message, OBJECT):
+        raise DialectError("every message must be an object")
     role = message.get("role")
-    require(role in ("system", "developer", "user", "assistant", "tool", "function"), f"unknown role {role!r}")
+    if role not in _ROLES:  # the message is built only on failure
+        raise DialectError(f"unknown role {role!r}")
     out: dict[str, Any] = {"role": "system" if role == "developer" else role, "content": message.get("content")}
     if role == "function":  # the legacy function-calling turn
         out = {"role": "tool", "tool_call_id": str(message.get("name") or ""), "content": message.get("content")}

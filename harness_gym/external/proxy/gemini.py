@@ -74,7 +74,8 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     for content in as_list(body.get("contents"), "contents"):
         parts = _parts(content)
         role = content.get("role", "user")
-        require(role in ("user", "model", "function"), f"unknown role {role!r}")
+        if role not in ("user", "model", "function"):
+            raise DialectError(f"unknown role {role!r}")
         texts = [str(p["text"]) for p in parts if isinstance(p.get("text"), str) and not p.get("thought")]
         if role == "model":
             calls = []

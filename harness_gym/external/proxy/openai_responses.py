@@ -17,6 +17,7 @@ from typing import Any
 from harness_gym.external.policies import PolicyReply, PolicyRequest, estimate_tokens, text_of
 from harness_gym.external.proxy.wire import (
     OBJECT,
+    DialectError,
     arguments_object,
     as_list,
     finish_of,
@@ -56,7 +57,8 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
         kind = item.get("type", "message")
         if kind == "message":
             role = item.get("role")
-            require(role in ("user", "assistant", "system", "developer"), f"unknown role {role!r}")
+            if role not in ("user", "assistant", "system", "developer"):
+                raise DialectError(f"unknown role {role!r}")
             messages.append(
                 {"role": "system" if role == "developer" else role, "content": text_of(item.get("content"))}
             )

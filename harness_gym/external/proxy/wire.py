@@ -105,7 +105,8 @@ def require(condition: bool, message: str) -> None:
 def as_list(value: Any, what: str) -> list[Any]:
     if value is None:
         return []
-    require(isinstance(value, list), f"{what} must be a list")
+    if not isinstance(value, list):
+        raise DialectError(f"{what} must be a list")
     return list(value)
 
 
