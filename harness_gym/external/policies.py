@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 # JSON objects: a decoded body's are dicts, matched first without the ABC's slower instance check
-OBJECT: tuple[type, ...] = (dict, Mapping)
+OBJECT = (dict, Mapping)
 
 
 @dataclass
