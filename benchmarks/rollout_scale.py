@@ -2,7 +2,7 @@
 environments against the floor's steps/s, sandboxes lost to thread exits and reclaims.
 
     python benchmarks/rollout_scale.py [--environments 64] [--rounds 3] [--single-rounds 10] [--out benchmarks/results/rollout_scale.json]
-    python benchmarks/rollout_scale.py --vector 32,64 [--vector-resets 20] [--vector-batches 200] [--out benchmarks/results/rollout_vector.json]
+    python benchmarks/rollout_scale.py --vector 32,64 [--vector-modes thread,async] [--vector-resets 20] [--vector-batches 200] [--out benchmarks/results/rollout_vector.json]
     python benchmarks/rollout_scale.py --losses 8,64,256 [--out benchmarks/results/rollout_losses.json]
 
 Measured (ms). One reset's floor (:class:`FloorReset`: a tmpfs, an overlay of the task's layer, a
@@ -17,9 +17,12 @@ episode whose sandbox was a spare; and how many sandboxes a pool's shutdown kill
 in each: lost when it does not answer in the same shell). The targets of issue 27 are checked as
 ratios to the floor's p50. Prints the figures and writes them as JSON.
 
-``--vector``: ``gym.make_vec(..., vectorization_mode="async")`` at each count: resets that crash
-(of ``--vector-resets``), and steps per second of a bash `true` in every environment against as
-many floor shells stepped the same way, batch by batch interleaved (target 0.6x).
+``--vector``: at each count, each of ``--vector-modes``: ``thread`` (:class:`harness_gym.vector.ThreadVectorEnv`,
+the sub-environments on threads of one process) and ``async`` (``gym.make_vec(...,
+vectorization_mode="async")``, a process each): resets that crash (of ``--vector-resets``), and
+steps per second of a bash `true` in every environment against as many floor shells stepped the
+same way, batch by batch interleaved (target 0.6x); the rate is also given over the batches in
+which no episode ended (was graded) or was reset.
 
 ``--losses`` counts only what an RL run must never meet, at each number of environments: an owner
 process holding that many sandboxes is killed with -9 (its uids are leased again by this process,
@@ -446,19 +449,33 @@ def _floor_batch(floors: list[Any]) -> None:
             data += chunk
 
 
-def vector(count: int, resets: int, batches: int) -> dict[str, Any]:
-    """``gym.make_vec(..., vectorization_mode="async")`` with ``count`` environments: ``resets``
-    resets (a crash counts, the run goes on), then ``batches`` steps of a bash `true` in every
-    environment, interleaved batch by batch with ``count`` floor shells stepped the same way."""
+VECTOR_MODES = ("thread", "async")
+
+
+def _vector_envs(mode: str, count: int) -> Any:
+    """``count`` S0T0O0C0W0 environments vectorised by ``mode``: ``thread`` (:class:`ThreadVectorEnv`,
+    one process) or ``async`` (``gym.make_vec``'s process per environment)."""
     import gymnasium as gym
 
     import harness_gym  # noqa: F401  (registers the ids)
+    from harness_gym.vector import make_vec
 
+    if mode == "thread":
+        return make_vec("Harness-S0T0O0C0W0", num_envs=count)
+    return gym.make_vec("Harness-S0T0O0C0W0", num_envs=count, vectorization_mode=mode)
+
+
+def vector(count: int, resets: int, batches: int, mode: str = "async") -> dict[str, Any]:
+    """``count`` environments vectorised by ``mode`` (see :func:`_vector_envs`): ``resets`` resets
+    (a crash counts, the run goes on), then ``batches`` steps of a bash `true` in every environment,
+    interleaved batch by batch with ``count`` floor shells stepped the same way."""
     crashes: list[str] = []
-    envs = gym.make_vec("Harness-S0T0O0C0W0", num_envs=count, vectorization_mode="async")
+    envs = _vector_envs(mode, count)
     floors = [FloorShell(own_session=True, bwrap=floor_bwrap()) for _ in range(count)]
     vec_s: list[float] = []
+    step_only_s: list[float] = []  # batches in which no episode ended (graded) and none was reset
     floor_s: list[float] = []
+    started_load = _uptime()
     try:
         infos: dict[str, Any] = {}
         reset_ms: list[float] = []
@@ -469,39 +486,54 @@ def vector(count: int, resets: int, batches: int) -> dict[str, Any]:
             except Exception as exc:  # counted, not raised: the figure is how many of the resets crash
                 crashes.append(f"reset {seed}: {type(exc).__name__}: {exc}"[:300])
                 envs.close()
-                envs = gym.make_vec("Harness-S0T0O0C0W0", num_envs=count, vectorization_mode="async")
+                envs = _vector_envs(mode, count)
                 continue
             reset_ms.append((time.perf_counter() - started) * 1000)
         if not infos:
-            raise RuntimeError(f"no reset of {count} async environments succeeded: {crashes[:3]}")
+            raise RuntimeError(f"no reset of {count} {mode} vector environments succeeded: {crashes[:3]}")
         call = '<tool_call>{"name": "%s", "arguments": {"command": "true"}}</tool_call>'
         actions = tuple(call % name for name in infos["tool_names"]["execute_bash"])
         envs.step(actions)  # warm: the first step of an episode
         _floor_batch(floors)
+        resetting = False  # an episode ended at the last step: this one resets it (NEXT_STEP autoreset)
         for index in range(batches):
             for side in ("vec", "floor") if index % 2 == 0 else ("floor", "vec"):
                 started = time.perf_counter()
                 if side == "vec":
-                    envs.step(actions)  # an episode that ends is reset at the next step (autoreset)
+                    _, _, terminated, truncated, _ = envs.step(actions)
+                    ended = bool(terminated.any() or truncated.any())
+                    vec_s.append(time.perf_counter() - started)
+                    if not (ended or resetting):
+                        step_only_s.append(vec_s[-1])
+                    resetting = ended
                 else:
                     _floor_batch(floors)
-                (vec_s if side == "vec" else floor_s).append(time.perf_counter() - started)
+                    floor_s.append(time.perf_counter() - started)
     finally:
         envs.close()
         for floor in floors:
             floor.close()
     vec_rate, floor_rate = count * len(vec_s) / sum(vec_s), count * len(floor_s) / sum(floor_s)
+    step_rate = count * len(step_only_s) / sum(step_only_s) if step_only_s else None
     return {
+        "mode": mode,
         "environments": count,
         "resets": resets,
         "crashed_resets": len(crashes),
         "crashes": crashes[:5],
         "reset_ms": _summary(reset_ms) if reset_ms else None,
+        "batch_ms": _summary([s * 1000 for s in vec_s]),
+        "floor_batch_ms": _summary([s * 1000 for s in floor_s]),
         "steps_per_s": round(vec_rate, 1),
         "floor_steps_per_s": round(floor_rate, 1),
         "steps_per_s_vs_floor": round(vec_rate / floor_rate, 3),
+        "batches_without_an_episode_end": len(step_only_s),
+        "steps_per_s_without_episode_ends": round(step_rate, 1) if step_rate else None,
+        "steps_per_s_without_episode_ends_vs_floor": round(step_rate / floor_rate, 3) if step_rate else None,
         "target_vs_floor": 0.6,
         "met": not crashes and vec_rate / floor_rate >= 0.6,
+        "uptime": f"{started_load} at the start, {_uptime()} at the end",
+        "batches": batches,
     }
 
 
@@ -515,6 +547,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--vector", help="comma-separated numbers of async vector environments: resets and steps/s only"
+    )
+    parser.add_argument(
+        "--vector-modes",
+        default=",".join(VECTOR_MODES),
+        help=f"--vector: comma-separated vectorisations to measure, of {', '.join(VECTOR_MODES)}",
     )
     parser.add_argument("--vector-resets", type=int, default=20)
     parser.add_argument("--vector-batches", type=int, default=200)
@@ -537,7 +574,10 @@ def main(argv: list[str] | None = None) -> int:
         counts = [int(part) for part in args.vector.split(",") if part.strip().isdigit()]
         if not counts or min(counts) < 1:
             parser.error(f"--vector takes numbers of environments separated by commas, got {args.vector!r}")
-        runs = [vector(count, args.vector_resets, args.vector_batches) for count in counts]
+        modes = [part.strip() for part in args.vector_modes.split(",") if part.strip()]
+        if not modes or set(modes) - set(VECTOR_MODES):
+            parser.error(f"--vector-modes takes some of {', '.join(VECTOR_MODES)}, got {args.vector_modes!r}")
+        runs = [vector(count, args.vector_resets, args.vector_batches, mode) for count in counts for mode in modes]
         report = {"uptime": _uptime(), "runs": runs, "passed": all(run["met"] for run in runs)}
         print(json.dumps(report, indent=2))
         out = args.out or results / "rollout_vector.json"

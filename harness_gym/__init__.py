@@ -32,6 +32,7 @@ from harness_gym.registration import register_all
 from harness_gym.space import BASE_CONFIG, FACTORS, HarnessConfig, all_configs, hamming, neighbours
 from harness_gym.spec import SpecError, spec_hash, validate_spec
 from harness_gym.tasks import Task, load_tasks
+from harness_gym.vector import SubEnvironmentError, ThreadVectorEnv
 
 __version__ = "0.1.0"
 
@@ -51,8 +52,10 @@ __all__ = [
     "RolloutError",
     "SandboxError",
     "SpecError",
+    "SubEnvironmentError",
     "Task",
     "TaskError",
+    "ThreadVectorEnv",
     "ToolCallError",
     "all_configs",
     "build_schedule",

@@ -39,7 +39,7 @@ IDLE_MEMORY_MB_PER_SANDBOX = (
     10  # measured 9.0 charged to its cgroup, 8.4 PSS, at 512 idle (benchmarks/idle_sandboxes.py)
 )
 NAMESPACES_PER_SANDBOX = 1  # of each kind (user, mount, pid, net, ipc, uts, cgroup)
-HOST_MOUNTS_PER_SANDBOX = 2  # as root, in the owner's mount namespace: the workspace tmpfs (measured 1), its overlay
+HOST_MOUNTS_PER_SANDBOX = 2  # as root: a plain tmpfs workspace is 1 host mount; copy-on-write ones 0 (own namespace)
 
 
 @dataclass(frozen=True)

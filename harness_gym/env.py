@@ -193,7 +193,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             # the finished sandbox's close) no longer takes the GIL from this reset (64 at once)
             next_spare, self._next_spare = self._next_spare, None
             if next_spare is not None:
-                self._spare.prepare(*next_spare, then_close=finished)
+                self._spare.prepare(*next_spare, then_close=finished, warm=self._warm_spare)
             elif finished is not None:
                 self._spare.retire(finished)
 
@@ -216,7 +216,10 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
         self.workflow = Workflow(self.harness_spec)
 
         self.sandbox, self.workspace = self._episode_sandbox(self.task)
-        self.context = ContextManager(self.harness_spec, self.summarizer, self.sandbox.write_file, self.task.mount_path)
+        # a fold's summary file is written without waiting where the sandbox can (its reply is read
+        # before the next sandbox operation: the model's next reply overlaps the second round trip)
+        write = getattr(self.sandbox, "write_file_soon", None) or self.sandbox.write_file
+        self.context = ContextManager(self.harness_spec, self.summarizer, write, self.task.mount_path)
         self.hooks = HookRunner(self.harness_spec.get("hooks", []))
         self.hook_state = EpisodeState(
             max_steps=self.budget.max_steps, context_limit_chars=self.budget.context_limit_chars
@@ -529,6 +532,14 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
             raise
         return sandbox
 
+    def _warm_spare(self, sandbox: Sandbox) -> None:
+        """In the spare's worker, after the finished sandbox's close: wait for the tool server the
+        start primed to say it is up, so the episode's first tool call or fold never waits for an
+        interpreter (on a loaded machine it took longer than a 0.3 s first reply: up to 0.5 s)."""
+        prime = getattr(sandbox, "prime_tool_server", None)
+        if prime is not None and self._uses_tool_server():
+            prime(wait_s=PRIME_WAIT_S)
+
     def _uses_tool_server(self) -> bool:
         """Whether episodes call the in-sandbox tool server: a tool other than a shell command, finish
         or unavailable, or a context summary written to a file."""
@@ -772,6 +783,8 @@ def _copy_message(message: Message) -> Message:
     return out
 
 
+# how long a spare's worker waits for the spare's tool server to say it is up (then hands it out anyway)
+PRIME_WAIT_S = 10.0
 MAX_ARGUMENT_DEPTH = 64
 MAX_ARGUMENT_CHARS = 1_000_000
 

@@ -286,3 +286,24 @@ def test_editing_an_observation_never_reaches_the_engine():
     assert env.messages[1]["content"] == original
     assert len(following["messages"]) == len(env.messages) and following["tools"]
     env.close()
+
+
+def test_a_c2_fold_summary_file_is_there_for_the_next_command():
+    """C2 writes the fold's summary through the tool server without waiting (``write_file_soon``):
+    the agent's very next command already sees the file, with the summary in it."""
+    env = HarnessEnv("S0T0O0C2W0", max_steps=30)
+    env.reset(seed=0)
+    try:
+        name = env.tool_interface.name_for("execute_bash")
+        call = f'<tool_call>{{"name": "{name}", "arguments": {{"command": "true"}}}}</tool_call>'
+        for _ in range(12):
+            info = env.step(call)[-1]
+            if info["context_reset"]:
+                break
+        assert info["context_reset"], "no fold in 12 steps"
+        path = env.context.summary_path
+        assert path is not None and env.context.summary
+        assert env.sandbox._sent_write is not None, "the step waited for the summary write"
+        assert env.sandbox.run(f"cat {path}").output == env.context.summary + "\n"
+    finally:
+        env.close()

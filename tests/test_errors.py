@@ -26,6 +26,7 @@ MODULES = (
     "harness_gym.tool_calls",
     "harness_gym.tool_formats.models",
     "harness_gym.tool_formats.registry",
+    "harness_gym.vector",
     "harness_gym.worlds",
     "trainers.launch",
     "trainers.openrlhf_args",

@@ -257,3 +257,18 @@ def test_registry_is_a_multiset_that_replays_to_the_live_entries(tmp_path, monke
     log.add("layer", "L1")
     assert isolation.read_registry(log.path.read_text())["layer"] == ["L1"]
     assert "-dir /tmp/never-added" not in log.path.read_text()
+
+
+def test_a_lease_record_written_over_a_longer_one_reads_back_whole(tmp_path):
+    """The record is written over the old one, then cut to its length (no truncation to 0 first):
+    a shorter record must leave nothing of the longer one behind."""
+    handle = os.open(tmp_path / "1.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        lease = isolation.UidLease(1, handle, "a" * 16)
+        lease.record(workspace="/tmp/" + "w" * 300, cgroups=["/sys/fs/cgroup/pids/x"] * 4)
+        lease.generation = ""
+        lease.record()
+        assert lease.recorded() == {"generation": ""}
+        assert os.fstat(handle).st_size == len(json.dumps({"generation": ""}))
+    finally:
+        os.close(handle)

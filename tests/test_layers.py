@@ -93,32 +93,69 @@ def _host_mounts(folder: Path) -> list[str]:
     return [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if str(folder) in line]
 
 
-def test_a_live_episode_is_one_host_mount_and_still_names_its_layer(source):
-    """Every sandbox start copies and detaches the host's whole mount table (CPU per mount): a live
-    episode leaves only its overlay there, not the tmpfs and the idmapped layer too (three before)."""
-    with BubblewrapSandbox(workspace_size_mb=8) as box:
-        workspace = box.new_layered_workspace([source], _fill(source))
-        box.start(workspace, "/testbed")
-        assert box.run("echo y > y.txt && cat a.txt").output == "alpha\n"
-        mounts = _host_mounts(workspace.parent)
-        assert len(mounts) == 1 and " overlay " in mounts[0], mounts
-        assert box._layer is not None and box._layer.name in layers.layers_in_use()  # the cache keeps it
+def _folder(workspace: Path) -> Path:
+    """The episode's folder on the host's tree (the workspace is this process's /proc view of it)."""
+    episode = layers.episode_for(workspace)
+    assert episode is not None, workspace
+    return episode.folder
+
+
+def test_live_episodes_mount_nothing_on_the_host_so_a_start_copies_none_of_them(source):
+    """Every sandbox start copies and detaches its namespace's whole mount table (CPU per mount, and
+    more per overlay): each episode mounts in a namespace of its own, so a start's table holds the
+    host's mounts and its own episode's two, never another live episode's (the host held one mount
+    per live episode before, three before that)."""
+    boxes: list[BubblewrapSandbox] = []
+    try:
+        for _ in range(3):
+            box = BubblewrapSandbox(workspace_size_mb=8)
+            boxes.append(box)
+            workspace = box.new_layered_workspace([source], _fill(source))
+            box.start(workspace, "/testbed")
+            assert box.run("echo y > y.txt && cat a.txt").output == "alpha\n"
+        folders = [_folder(box.workspace) for box in boxes]
+        for folder in folders:
+            assert _host_mounts(folder) == []
+        for box, folder in zip(boxes, folders, strict=True):
+            assert box._proc is not None
+            table = Path(f"/proc/{box._proc.pid}/mountinfo").read_text()  # the launcher's: bwrap copies it
+            assert [folder for folder in folders if str(folder) in table] == [folder]
+            own = [line for line in table.splitlines() if str(folder) in line]
+            assert len(own) == 2 and " overlay " in own[1], own  # the tmpfs and the overlay on it
+            assert box._layer is not None and box._layer.name in own[1]  # mountinfo names the layer in use
+        box = boxes[0]
+        assert box._layer is not None
+        assert box._layer.name in layers.layers_in_use(isolation.live_registry_values("layer"))  # the cache keeps it
         assert box.run("stat -c %u a.txt y.txt").output == "0\n0\n"  # owned by the sandbox's root
-        with pytest.raises(OSError, match="tmpfs"):  # a second mount would put upper on the host's disk
-            layers.mount(workspace, box._layer, box.uid)
+        assert (box.workspace / "y.txt").read_text() == "y\n"  # the host reads it through its view
+        assert list(folders[0].rglob("*")) == [folders[0] / "scratch"]  # the host's own tree shows nothing
+        episode = layers.episode_for(box.workspace)
+        assert episode is not None
+        with pytest.raises(OSError, match="mounted already"):  # a second mount would hide the agent's files
+            episode.mount(box._layer, box.uid)
+    finally:
+        for box in boxes:
+            box.close()
+    assert not any(folder.exists() for folder in folders)
 
 
 def test_close_and_reset_leave_no_mounts(source):
     box = BubblewrapSandbox()
     first = box.new_layered_workspace([source], _fill(source))
+    first_folder = _folder(first)
     box.start(first, "/testbed")
     box.run("echo x > x.txt")
     second = box.new_layered_workspace([source], _fill(source))  # the next episode
-    assert not first.parent.exists() and not _mounted(first.parent)
+    assert not first_folder.exists() and not _mounted(first_folder)
+    second_folder = _folder(second)
     box.start(second, "/testbed")
     assert box.run("ls").output == "a.txt\nbig.bin\npkg\n"
     box.close()
-    assert not second.parent.exists() and not _mounted(second.parent)
+    assert not second_folder.exists() and not _mounted(second_folder)
+    assert layers.episode_for(second) is None
+    third = box.new_layered_workspace([source], _fill(source))  # may reuse the descriptor's number
+    assert third != second and not second.exists()  # a released view never names a later episode
+    box.close()
 
 
 # ----------------------------------------------------------------------------- the bounded cache
@@ -199,7 +236,7 @@ def test_a_layer_in_use_survives_its_sources_and_goes_after_the_episode(source, 
     workspace = box.new_layered_workspace([source], _fill(source))
     box.start(workspace, "/testbed")
     layer = box._layer
-    assert layer.parent == cache_folder and layer.name in layers.layers_in_use()
+    assert layer.parent == cache_folder and layer.name in layers.layers_in_use(isolation.live_registry_values("layer"))
     shutil.rmtree(source)
     later = time.time() + 100 * 3600
     assert isolation.reclaim_layer_cache(now=later) == [] and layer.is_dir()
@@ -279,3 +316,55 @@ def test_a_new_sandbox_leases_a_free_uid_whose_namespace_is_cached(source, monke
     with BubblewrapSandbox() as second:
         second.start(second.new_layered_workspace([source], _fill(source)), "/testbed")
         assert second.uid == uid and second.run("cat a.txt").output == "alpha\n"
+
+
+def _namespace_descriptors(pid: int) -> list[str]:
+    """The mount-namespace descriptors ``pid`` holds (what could enter an episode's namespace)."""
+    found = []
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("mnt:["):
+            found.append(target)
+    return found
+
+
+def test_the_agent_reaches_neither_another_episode_nor_its_own_namespace(source):
+    """The episode namespaces are held by descriptors of the owner, opened by ``nsenter`` through
+    /proc: none reaches the sandbox's processes, and an agent sees its own workspace only."""
+    with BubblewrapSandbox() as box, BubblewrapSandbox() as other:
+        box.start(box.new_layered_workspace([source], _fill(source)), "/testbed")
+        other.start(other.new_layered_workspace([source], _fill(source)), "/testbed")
+        other.run("echo secret > mine.txt")
+        seen = box.run("cat /proc/self/mountinfo; ls -l /proc/*/fd 2>/dev/null; ls /proc").output
+        assert str(_folder(other.workspace)) not in seen and "mine.txt" not in seen
+        assert "mnt:[" not in seen  # no process of the sandbox holds a mount namespace
+        assert str(os.getpid()) not in box.run("ls /proc").output.split()  # nor sees the owner
+        assert box._proc is not None
+        chain = [
+            box._proc.pid,
+            *(int(p) for p in Path(f"/proc/{box._proc.pid}/task/{box._proc.pid}/children").read_text().split()),
+        ]
+        assert all(_namespace_descriptors(pid) == [] for pid in chain)  # bwrap and the sandbox's init
+        assert box.run("cat /testbed/mine.txt").exit_code != 0
+
+
+def test_a_forked_child_holds_no_episode_namespace(source):
+    """A process-pool worker forked beside a live episode must not keep its namespace (its tmpfs
+    and the agent's files) alive after the owner releases it."""
+    with BubblewrapSandbox() as box:
+        workspace = box.new_layered_workspace([source], _fill(source))
+        read, write = os.pipe()
+        child = os.fork()
+        if child == 0:  # pragma: no cover (the child)
+            os.close(read)
+            os.write(write, " ".join(_namespace_descriptors(os.getpid())).encode() + b"\n")
+            os._exit(0)
+        os.close(write)
+        held = os.read(read, 4096).decode().strip()
+        os.close(read)
+        os.waitpid(child, 0)
+        assert held == "" and len(_namespace_descriptors(os.getpid())) >= 1
+        assert layers.episode_for(workspace) is not None  # the owner's stay

@@ -180,3 +180,53 @@ def test_lone_surrogates_and_odd_text_reach_tools_and_shell(box):
     view = box.run_tool("file_editor.py", {"command": "view", "path": "odd.txt", "root": ROOT})
     assert view.exit_code == 0 and "\\x41 %s \u00e9" in view.output
     assert box.run("pwd").output == f"{ROOT}\n"  # no restart happened
+
+
+def test_a_deferred_write_is_there_before_the_next_command(box):
+    """``write_file_soon`` (a context fold's summary) returns before the server answers; the next
+    command, tool call or grading reads its reply first, so the agent's next command sees the file.
+    A frame larger than the pipe is finished then too."""
+    box.run_tool("library.py", {"op": "read_file", "args": {"path": "a.txt"}, "root": ROOT})
+    box.write_file_soon(f"{ROOT}/notes/summary.md", "folded\n")
+    assert box._sent_write is not None, "the write waited for its reply"
+    assert box.run("cat notes/summary.md").output == "folded\n"
+    box.write_file_soon(f"{ROOT}/big.txt", "x" * 300_000)
+    assert box._sent_write is not None and box._sent_write.rest, "the frame fit the pipe"
+    result = box.run_tool("library.py", {"op": "read_file", "args": {"path": "a.txt"}, "root": ROOT})
+    assert result.exit_code == 0 and "alpha" in result.output
+    assert box.run("wc -c < big.txt").output == "300000\n"
+
+
+def test_a_deferred_write_the_server_drops_is_made_again_and_told(box):
+    """The server stopped while a deferred write waits for its reply: the next command restarts the
+    sandbox's processes, makes the write again and says so in its note (nothing is silently lost)."""
+    box.run_tool("library.py", {"op": "read_file", "args": {"path": "a.txt"}, "root": ROOT})
+    box.run("pkill -STOP -f server.py")
+    box.command_timeout_s = 1.0
+    box.write_file_soon(f"{ROOT}/summary.md", "kept\n")  # (the stopped server never answers)
+    result = box.run("cat summary.md; (exit 3)")
+    assert (result.output, result.exit_code) == ("kept\n", 3), result
+    assert "tool server" in result.note, result.note
+    assert box.run("echo ok").note == ""
+
+
+def test_a_command_cannot_redirect_the_status_socket_or_later_output(box):
+    """Between commands the shell's stdout is the status socket and its stderr the output pipe; the
+    command's redirections put them back whatever it `exec`s (so its output never becomes a record,
+    and a later command's output never goes to a file it chose), and it runs with stdin /dev/null."""
+    for command in ("exec 1>hidden 2>&1 0<a.txt", "exec 1>&- 2>&- 0<&-", "exec 2>&1 1>hidden"):
+        box.run(command)
+        result = box.run("echo out; echo err >&2; cat; (exit 6)")
+        assert (result.output, result.exit_code, result.note) == ("out\nerr\n", 6, ""), (command, result)
+    assert box.run("cat hidden").output == ""
+    before = box.forged_records
+    assert box.run('echo "$__hn 0 1"; (exit 4)').exit_code == 4
+    assert box.forged_records == before, "the command's output reached the status channel"
+
+
+def test_a_primed_server_says_it_is_up_before_the_first_call(box):
+    """A spare's worker primes the tool server and waits for its "up" byte, so the episode's first
+    tool call never waits for an interpreter to start; the byte never reaches a reply."""
+    assert box.prime_tool_server(wait_s=10.0) is True
+    result = box.run_tool("library.py", {"op": "read_file", "args": {"path": "a.txt"}, "root": ROOT})
+    assert result.exit_code == 0 and "alpha" in result.output

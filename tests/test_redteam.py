@@ -469,8 +469,9 @@ def test_shell_code_misreports_the_commands_it_runs_in():
 
 # a background subshell keeps bash's saved copy of the status socket (fd 3 is closed around commands)
 # and sends `<nonce> 0` on every descriptor for each nonce it can learn: its own command's (`$__hn`,
-# copied at the fork) and, after `set -a` exports `__hn`, each later command's from its children's
-# environments (what it writes to copies of the output pipe is only output)
+# copied at the fork) and, after `set -a` exports `__hn`, each later long command's from its children's
+# environments (what it writes to copies of the output pipe is only output; a short command's nonce
+# is the record's `echo` argument, in no variable)
 SEND_ON_EVERY_FD = 'for fd in {3..30}; do echo "$n 0" >&$fd; done 2>/dev/null'
 OWN_NONCE = f"( sleep 0.3; n=$__hn; {SEND_ON_EVERY_FD} ) & "
 LATER_NONCES = (
@@ -491,8 +492,8 @@ def test_a_process_that_learns_the_nonce_and_holds_the_status_socket_cannot_end_
         assert sandbox.forged_records >= 1, "its record reached the host and was refused"
         sandbox.run(LATER_NONCES)
         refused = sandbox.forged_records
-        for expected in (8, 9):
-            result = sandbox.run(f"sleep 1; echo real; (exit {expected})")
+        for expected in (8, 9):  # long commands: a short one's nonce is in no variable at all
+            result = sandbox.run(f": {'x' * 100}; sleep 1; echo real; (exit {expected})")
             assert (result.output[-5:], result.exit_code, result.timed_out) == ("real\n", expected, False), result
         assert sandbox.forged_records > refused, "records with later commands' nonces were sent and refused"
     finally:

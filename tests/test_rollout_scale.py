@@ -400,7 +400,7 @@ def test_every_host_folder_is_registered_before_it_exists(monkeypatch, tmp_path)
 
     def spy(path, *args, **kwargs):
         # (a folder inside a recorded one goes with it: an episode folder's idmapped-layer mount point)
-        recorded = {str(path), str(Path(path).parent)} & set(registered._items["dir"])
+        recorded = {str(path), *map(str, Path(path).parents)} & set(registered._items["dir"])
         if Path(path).name.startswith("harness-gym-") and not recorded:
             unrecorded.append(str(path))
         return real_mkdir(path, *args, **kwargs)
@@ -414,6 +414,9 @@ def test_every_host_folder_is_registered_before_it_exists(monkeypatch, tmp_path)
         workspace = layers.prepare(1, tmp_path)
         layers.release(workspace)
         assert str(workspace.parent) not in registered._items["dir"]  # released: its record went too
+        episode = layers.EpisodeMounts(1, tmp_path)  # (a namespace of its own: nothing mounted on the host)
+        layers.release(episode.workspace)
+        assert str(episode.folder) not in registered._items["dir"] and not episode.folder.exists()
     for path in made:
         isolation.release_workspace(path)
     assert unrecorded == []
@@ -428,7 +431,7 @@ root = sys.argv[1]
 task = Task(id="alpha", instruction="x", workspace_dir=root + "/files", grader_files=(root + "/grader",))
 env = HarnessEnv("S0T0O0C0W0", tasks=[task], max_steps=5)
 env.reset(seed=0)
-print(env.sandbox.workspace, flush=True)
+print(env.sandbox._host_folder(), flush=True)  # the episode's folder on the host (its mounts are in a namespace)
 os.kill(os.getpid(), 9)
 """
 
@@ -449,8 +452,8 @@ def test_the_first_start_after_a_dead_owner_with_a_layered_workspace_does_not_ha
         [sys.executable, "-c", _DIE_HOLDING_A_SANDBOX, str(tmp_path)],
         env=environment, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    workspace = Path(dead.stdout.strip())
-    assert dead.returncode == -9 and workspace.exists()
+    folder = Path(dead.stdout.strip())
+    assert dead.returncode == -9 and folder.exists()
     start = "from harness_gym.sandboxes import isolation; isolation.registry(); print('started')"
     try:
         started = subprocess.run(
@@ -459,7 +462,8 @@ def test_the_first_start_after_a_dead_owner_with_a_layered_workspace_does_not_ha
     except subprocess.TimeoutExpired:
         pytest.fail("the first start after the dead owner hung in its recovery pass")
     assert started.stdout.strip() == "started"
-    assert not workspace.parent.exists()  # reclaimed, tmpfs and overlay included
+    assert not folder.exists()  # reclaimed (the kernel dropped its tmpfs and overlay with the namespace)
+    assert str(folder) not in Path("/proc/self/mountinfo").read_text()
 
 
 def _fake_limits(**changes):

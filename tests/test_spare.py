@@ -49,6 +49,7 @@ def test_reset_takes_the_warm_spare_for_the_same_task_with_a_fresh_workspace(tmp
         assert first.run("echo changed > a.txt; cat a.txt").output == "changed\n"
         ready = _wait_for_spare(env)
         assert ready is not first and _running(ready)
+        assert ready._channels.announced, "a spare handed out before its tool server was up"
         env.reset(seed=1)
         assert env.sandbox is ready  # the spare, started in the background
         assert env.sandbox.run("cat a.txt").output == "alpha\n"  # the task's files, not the last episode's

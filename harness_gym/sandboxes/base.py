@@ -143,7 +143,9 @@ class SandboxBackend(ABC):
         """Start the episode's shell with ``workspace`` mounted read-write at ``mount_path`` (checked
         by :func:`check_mount_path`); ``hide``: paths of a task's image the agent must not see."""
         self._stop()
-        workspace = Path(workspace).resolve()
+        workspace = Path(workspace)
+        if workspace != self.workspace:  # (an episode namespace's workspace is a /proc path: never resolved)
+            workspace = workspace.resolve()
         if not workspace.is_dir():
             raise SandboxError(f"workspace {workspace} is not a directory")
         if self.workspace is not None and workspace != self.workspace:

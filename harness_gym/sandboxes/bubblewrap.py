@@ -172,9 +172,9 @@ class BubblewrapSandbox(ShellSandbox):
         self._release_workspace()
         self._layer = layers.shared_layer(sources, fill)
         isolation.registry().add("layer", self._layer)  # in use: the layer cache must not remove it
-        self.workspace = layers.prepare(self.workspace_size_mb, self.workspace_root)
+        # in a mount namespace of its own, registered: a kill -9 leaves an empty folder to reclaim
+        self.workspace = layers.EpisodeMounts(self.workspace_size_mb, self.workspace_root).workspace
         self._workspace_is_tmpfs = True  # what the agent writes lands in the episode's size-limited tmpfs
-        isolation.registry().add("dir", self.workspace)  # reclaimed (mounts too) if this process is killed
         self._sync_state()
         return self.workspace
 
@@ -194,8 +194,9 @@ class BubblewrapSandbox(ShellSandbox):
             self._lease = isolation.UidLease.acquire(start, prefer=prefer if previous is None else [previous, *prefer])
             self._previous_uid = self._lease.uid
             isolation.registry().add("uid", self._lease.token)
-            if self._layer is not None and not os.path.ismount(self.workspace):
-                layers.mount(self.workspace, self._layer, self._lease.uid)
+            episode = layers.episode_for(self.workspace)
+            if self._layer is not None and episode is not None and not episode.mounted:
+                episode.mount(self._layer, self._lease.uid)
             else:
                 isolation.chown_tree(self.workspace, self._lease.uid, self._lease.uid)
             # named by the lease, not the uid alone: a dead owner's recovery pass removes the cgroups its
@@ -210,7 +211,7 @@ class BubblewrapSandbox(ShellSandbox):
             isolation.registry().add("cgroup", group)
         if self._lease is not None:
             self._lease.record(
-                workspace=str(self.workspace),
+                workspace=str(self._host_folder()),
                 control=str(self._control),
                 cgroups=[str(g) for g in self._cgroups],
             )
@@ -256,6 +257,13 @@ class BubblewrapSandbox(ShellSandbox):
                 "the workspace is a plain folder (a size-limited tmpfs needs root); only RLIMIT_FSIZE per file holds"
             )
         return report
+
+    def _host_folder(self) -> Path:
+        """The workspace's folder on the host's own tree (what a crash-recovery record names): an
+        episode namespace's registered folder, not this process's view of it in /proc."""
+        assert self.workspace is not None
+        episode = layers.episode_for(self.workspace)
+        return episode.folder if episode is not None else self.workspace
 
     @property
     def uid(self) -> int | None:
@@ -351,11 +359,13 @@ class BubblewrapSandbox(ShellSandbox):
 
     def _launcher(self) -> list[str]:
         """Join the cgroups and drop to the sandbox uid before exec'ing bwrap (race-free)."""
+        episode = layers.episode_for(self.workspace)
+        enter = episode.enter_argv() if episode is not None else []  # as root, before the uid drops
         if self._lease is None and not self._cgroups:
-            return []
+            return enter
         joins = " && ".join(f'echo $$ > "{g}/cgroup.procs"' for g in self._cgroups) or "true"
         # unset PWD: the shell exports the host's working directory, which became bwrap's (pid 1's) environ
-        join = ["/bin/sh", "-c", f'{joins} && unset PWD OLDPWD && exec "$@"', "sh"]
+        join = ["/bin/sh", "-c", f'{joins} && unset PWD OLDPWD && exec "$@"', "sh", *enter]
         if self._lease is None:
             return join
         uid = str(self._lease.uid)
@@ -411,7 +421,8 @@ class BubblewrapSandbox(ShellSandbox):
             argv += ["--ro-bind", str(sealed), BIN_DIR]
         if self._layer is not None:  # the starting workspace, for the library's view_diff / restore_file
             argv += ["--ro-bind", str(self._layer), ORIGINAL_DIR]
-        argv += ["--bind", str(self.workspace), self._mount_path]
+        episode = layers.episode_for(self.workspace)  # bwrap starts in the episode's namespace
+        argv += ["--bind", str(episode.inside if episode is not None else self.workspace), self._mount_path]
         for kind, host, inside in binds:  # after the workspace, so a grader may sit inside it
             argv += [kind, host, inside]
         argv += ["--seccomp", str(seccomp_fd), "--remount-ro", "/", "--chdir", self._mount_path, "--"]

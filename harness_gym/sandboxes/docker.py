@@ -242,6 +242,8 @@ class DockerSandbox(ShellSandbox):
         channels = self._channels
         channels.server, channels.server_started = server, True
         channels.requests, channels.replies = os.dup(server.stdin.fileno()), os.dup(server.stdout.fileno())
+        os.set_blocking(channels.requests, False)  # (what the tool-server exchange expects)
+        os.set_blocking(channels.replies, False)
 
     def network_pid(self) -> int | None:
         """The container's init, as the engine reports it (its network namespace is the container's

@@ -3,13 +3,13 @@
 A backend starts one shell per episode. Nothing is written to disk per command: the host sends each
 command over a pipe, which the shell ``eval``s at top level (so ``cd`` and ``export`` persist) with
 stdin /dev/null and stderr joined to stdout. Bash reads a script from a pipe one byte per read(2), so
-(bubblewrap, unsafe-host) a short ASCII command comes inline as a quoted literal and its nonce, then
-the alias ``__hi``; a longer one as the alias ``__hg`` followed by a fixed header (length, nonce) and
+(bubblewrap, unsafe-host) a short ASCII command comes inline as a quoted literal, then the alias
+``__hi`` and its nonce; a longer one as the alias ``__hg`` followed by a fixed header (length, nonce) and
 the command as ``read -N`` blocks, ASCII-escaped for ``printf %b`` so that its length means the same
 in every locale. Docker's ``sh`` gets the command as a shell-quoted literal.
 
-End of a command: after the ``eval`` the shell writes ``<nonce> <status>`` on a status channel that is
-not the output stream. The nonce is fresh for every command and travels only inside the command pipe,
+End of a command: after the ``eval`` the shell writes ``<status> 1 <nonce>`` (stderr mode: ``<nonce>
+<status>``) on a status channel that is not the output stream. The nonce is fresh for every command and travels only inside the command pipe,
 which bash reads as its script descriptor: bash closes that in every subshell and child. Where the backend allows it (bubblewrap, unsafe-host)
 the status channel is a unix seqpacket socket with ``SO_PASSCRED``: a record counts only when the
 kernel says the shell process itself sent it, so no process the agent starts can end a command early
@@ -30,7 +30,8 @@ and never counts a record from any other process or for any other command.
 Output is capped exactly: at most ``output_limit_chars`` bytes of head and tail plus one elision note.
 A command that outlives its timeout takes the whole process tree with it and a new shell is started;
 the result says so. The non-bash tools run in a persistent Python tool server (see
-``tools/scripts/server.py``) started lazily at the first tool call, inside the same sandbox, with the
+``tools/scripts/server.py``) started by the first tool call or primed at the start (a warm spare waits for
+it to announce itself), inside the same sandbox, with the
 same limits, on pipes only the host and the server hold.
 """
 
@@ -65,6 +66,7 @@ from harness_gym.sandboxes.launcher import launch
 
 _S = TypeVar("_S", bound="ShellSandbox")
 _CREDENTIALS = struct.calcsize("3i")
+_CREDENTIALS_SPACE = socket.CMSG_SPACE(_CREDENTIALS)
 _FRAME = struct.Struct(">I")
 _INLINE_MAX = 96  # commands up to this many characters (ASCII) travel inline in the shell's script
 _LONGEST_WAIT_S = (2**31 - 1) // 1000  # poll(2) takes a C int of milliseconds (about 24 days)
@@ -89,6 +91,7 @@ class _Channels:
     replies: int | None = None  # the tool server's reply pipe (host reads)
     child_fds: list[int] = field(default_factory=list)
     server_started: bool = False
+    announced: bool = True  # False while a shell-started server's "S" (it is up and sealed) is unread
     server: subprocess.Popen[bytes] | None = None  # a tool server started as a process of its own
     poller: Any = None  # select.poll over (status, output), made at the first command and kept
 
@@ -103,6 +106,16 @@ class _Channels:
         if self.server is not None:
             kill_process_group(self.server)
             self.server = None
+
+
+@dataclass
+class _SentWrite:
+    """A write sent to the tool server whose reply is read later (:meth:`ShellSandbox.write_file_soon`)."""
+
+    request_id: str
+    rest: bytes  # what of its frame the request pipe did not take yet
+    path: str
+    content: str
 
 
 class CappedOutput:
@@ -184,6 +197,8 @@ class ShellSandbox(SandboxBackend):
         self._random = b""  # os.urandom drawn a kilobyte at a time: a fresh nonce without a syscall each
         self._random_used = 0
         self._random_forks = _forks  # the fork generation the pool was drawn in
+        self._sent_write: _SentWrite | None = None  # a write sent by write_file_soon, its reply not read yet
+        self._carried_note = ""  # a restart the deferred write's failure caused: told with the next result
 
     # ------------------------------------------------------------------ to implement
 
@@ -243,6 +258,7 @@ class ShellSandbox(SandboxBackend):
 
     def _stop_agent(self) -> None:
         """Before grading: the shell and everything it started (the sandbox's own setup stays)."""
+        self._settle_write()  # the file a deferred write makes is there for the grader
         self._kill_all()
 
     def _shell_program(self) -> str:
@@ -286,13 +302,20 @@ class ShellSandbox(SandboxBackend):
         """Run ``command`` in the persistent shell."""
         if self._proc is None or self._channels is None:
             raise SandboxError("sandbox is not started; call start() first (the environment does this at reset)")
+        if self._sent_write is not None or self._carried_note:
+            self._settle_write()
+            return self._told(self._run(command, timeout_s))
+        return self._run(command, timeout_s)
+
+    def _run(self, command: str, timeout_s: float | None) -> CommandResult:
         timeout = self._bounded_timeout(timeout_s)
         started = time.perf_counter()
         nonce = self._send_command(command)
         result, ended = self._collect(timeout, started, nonce)
         if ended == "done":
             return result
-        return self._restart_after(result, timed_out=ended == "timeout", timeout=timeout)
+        what = "shell" if ended == "unrunnable" else "command"
+        return self._restart_after(result, timed_out=ended == "timeout", timeout=timeout, what=what)
 
     def run_tool(self, script: str, payload: Mapping[str, Any], timeout_s: float | None = None) -> CommandResult:
         """Run the harness tool script ``script`` (in TOOLS_DIR) with a JSON payload."""
@@ -314,8 +337,61 @@ class ShellSandbox(SandboxBackend):
         """Write a file from inside the sandbox (so a symlink planted by the agent cannot escape)."""
         if self._server_python() is not None:
             return self._request({"kind": "write", "path": path, "content": content}, None)
+        return self.run(self._write_command(path, content))
+
+    def write_file_soon(self, path: str, content: str) -> None:
+        """:meth:`write_file` without waiting for it (a context fold's summary file: the next model
+        reply, not this step, waits): the request goes to the tool server now, its reply is read
+        before the next operation on this sandbox (a command, a tool call, grading), so the file is
+        there before the agent's next command runs. A write the server fails is made again after the
+        restart, and the restart's note comes with the next result. Where the server is a process of
+        its own (Docker) or not started with the shell, or a write is still unanswered, it waits."""
+        channels = self._channels
+        if (
+            self._server_python() is None
+            or channels is None
+            or channels.requests is None
+            or channels.server is not None
+            or self._sent_write is not None
+        ):
+            self.write_file(path, content)
+            return
+        request_id, frame = self._frame({"kind": "write", "path": path, "content": content})
+        try:
+            written = os.write(channels.requests, frame)
+        except BlockingIOError:
+            written = 0
+        except OSError:  # the server is gone: the synchronous path restarts and says so
+            self.write_file(path, content)
+            return
+        self._sent_write = _SentWrite(request_id, frame[written:], path, content)
+
+    def _settle_write(self) -> None:
+        """Read the reply of the write :meth:`write_file_soon` sent (finishing sending it first)."""
+        sent, self._sent_write = self._sent_write, None
+        if sent is None or self._channels is None:
+            return
+        timeout = self._bounded_timeout(None)
+        reply, ended = self._exchange(self._channels, sent.rest, timeout)
+        if reply is not None and reply.get("id") == sent.request_id:
+            return
+        restarted = self._restart_after(
+            CommandResult("", None, 0.0), timed_out=ended == "timeout", timeout=timeout, what="tool server"
+        )
+        self._carried_note = restarted.note
+        self._request_now({"kind": "write", "path": sent.path, "content": sent.content}, None)
+
+    def _told(self, result: CommandResult) -> CommandResult:
+        """``result`` with the note of a restart that happened before it (see :meth:`write_file_soon`)."""
+        note, self._carried_note = self._carried_note, ""
+        if note:
+            result.note = f"{note} {result.note}".strip()
+        return result
+
+    def _write_command(self, path: str, content: str) -> str:
+        """The shell command that writes ``content`` to ``path`` (no tool server)."""
         quoted = shlex.quote(path)
-        return self.run(
+        return (
             f'__hg_d={_quote(content)}; command mkdir -p -- "$(command dirname -- {quoted})" && '
             f"printf '%s' \"$__hg_d\" > {quoted}; __hg_s=$?; unset __hg_d; (exit $__hg_s)"
         )
@@ -382,6 +458,9 @@ class ShellSandbox(SandboxBackend):
             request_read, request_write = os.pipe()
             reply_read, reply_write = os.pipe()
             channels.requests, channels.replies = request_write, reply_read
+            os.set_blocking(request_write, False)  # the host's ends, once (set_blocking is an ioctl)
+            os.set_blocking(reply_read, False)
+            channels.announced = False
             channels.child_fds += [request_read, reply_write]
         return channels
 
@@ -390,7 +469,7 @@ class ShellSandbox(SandboxBackend):
         if self.status_channel != "socket":
             return self._shell_setup() + "exec 4>&1; printf '%s %s\\n' hello \"$$\" >&2\n"
         command_fd, status_fd = passed[0], passed[1]
-        # fd 4: the output pipe, so each command's output goes there even after an `exec >file`
+        # between commands fd 1 is the status socket and fd 2 the output pipe (see ``run`` below)
         # __hf: the descriptor bash reads this script from (255 as a rule; bash closes it in subshells)
         find_script_fd = (
             f"__hf=255; [[ /proc/$$/fd/255 -ef /proc/$$/fd/{command_fd} ]] || "
@@ -399,7 +478,7 @@ class ShellSandbox(SandboxBackend):
         )
         lines = [
             find_script_fd,
-            f"exec {command_fd}<&- 3>&{status_fd} {status_fd}>&- 4>&1 0</dev/null 2>&1",
+            f"exec {command_fd}<&- 0</dev/null 2>&1 1>&{status_fd} {status_fd}>&-",
             self._shell_setup().rstrip("\n"),
         ]
         server = self._server_python()
@@ -408,21 +487,27 @@ class ShellSandbox(SandboxBackend):
             shell = self._shell_program()
             # an orphaned launcher (not a job of the shell, so `wait` and `kill %1` do not see it) that
             # execs the server when the first request's start byte arrives
-            launcher = 'read -r -N 1 _ && exec "$0" -I -S "$1"'
+            launcher = 'read -r -N 1 _ && exec "$0" -I -S "$1" --announce'
             lines.append(
                 f"( {shlex.quote(shell)} --noprofile --norc -c {shlex.quote(launcher)} {shlex.quote(server)} "
-                f"{self.tools_dir}/server.py 0<&{request_fd} 1>&{reply_fd} 2>/dev/null 3>&- "
+                f"{self.tools_dir}/server.py 0<&{request_fd} 1>&{reply_fd} 2>/dev/null "
                 f"{request_fd}<&- {reply_fd}>&- & ); exec {request_fd}<&- {reply_fd}>&-"
             )
-        # The shell's own stdin is /dev/null and its stdout/stderr the output pipe, so only fds 3 and
-        # 4 (status socket, output backup) are closed around the command: each redirection costs bash
-        # ten syscalls to save and restore. fd 4 must be saved and restored too (not merely left open):
-        # a command's `exec 4>lock` or `exec 4>&-` (the usual flock idiom) would otherwise take the
-        # backup with it, and every later command's output would go to that file or nowhere. What a
-        # command's `exec >file`/`exec 2>&-`/`exec <file` changed is undone by plain `exec`
-        # redirections *after* the status is out (off the round trip). `echo` formats the record with
-        # less work than `printf`.
-        run = 'eval "$__hc" 3>&- 4>&-; echo "$__hn $?" >&3; exec 0</dev/null 1>&4 2>&1'
+        # Between commands the shell's stdin is /dev/null, its stdout the status socket and its stderr
+        # the output pipe. The command's group redirects all three (stdin /dev/null, stdout and stderr the output
+        # pipe), so bash keeps the status socket and the shell's own fds 0-2 only as its saved copies
+        # (close-on-exec: no program a command starts holds them) and puts them back when the command
+        # ends, whatever its `exec >file`/`exec 2>&-`/`exec <file` did (a redirection bash saved is
+        # restored after an inner `exec`; one of a descriptor onto itself, `2>&2`, is not saved). The
+        # record is then a plain `echo` on stdout: one write(2). Before, fds 3 (status) and 4 (output
+        # copy) were closed around the `eval`, the record redirected to fd 3, and fds 0-2 restored by
+        # an `exec` after it: 58 descriptor syscalls a command, 31 here.
+        # `__hd`, set in the redirected group before the `eval`, says the command ran: when bash
+        # cannot make the redirections (`ulimit -n 4`) it skips the group and the host replaces the
+        # shell (before, the record's own redirection failed too, and the host waited its timeout)
+        # The record is `<status> <1 if it ran> <nonce>`: a short command's frame puts its nonce after
+        # the alias, as the `echo`'s last word (no `__hn=` assignment for bash to read byte by byte).
+        run = '__hd=; { __hd=1; eval "$__hc"; } 0</dev/null 1>&2 2>&1; echo "$? $__hd"'
         # a long command: its header (length, nonce) and text as `read -N` blocks (bash's parser
         # reads a script one byte per read(2)); a short one (``_INLINE_MAX``) is cheaper inline as a
         # quoted literal than two `read` builtins and a `printf %b`
@@ -430,12 +515,13 @@ class ShellSandbox(SandboxBackend):
             'IFS= read -r -u "$__hf" -N 24 __hh; IFS= read -r -u "$__hf" -N "$((16#${__hh:0:8}))" __he; '
             'printf -v __hc %b "$__he"; __hn=${__hh:8}; unset __he __hh; '
         )
+        named = ' "$__hn"'  # a long command's nonce comes in its header
         lines += [
             "shopt -s expand_aliases",
-            f"alias __hg={shlex.quote(read + run)}",
+            f"alias __hg={shlex.quote(read + run + named)}",
             f"alias __hi={shlex.quote(run)}",
         ]
-        lines.append("printf '%s %s\\n' hello \"$$\" >&3")
+        lines.append("printf '%s %s\\n' hello \"$$\"")
         return "\n".join(lines) + "\n"
 
     def _nonce(self) -> str:
@@ -451,7 +537,7 @@ class ShellSandbox(SandboxBackend):
         if self.status_channel == "socket":
             if len(command) <= _INLINE_MAX and command.isascii():
                 literal = command.replace("\0", "").replace("'", "'\\''").encode()
-                self._write(b"__hc='%s';__hn=%s;__hi\n" % (literal, nonce.encode()))
+                self._write(b"__hc='%s';__hi %s\n" % (literal, nonce.encode()))
                 return nonce
             # the header (length, nonce) and the command as `read -N` blocks, the command as ASCII (so
             # its length means the same in every locale), decoded by printf %b
@@ -475,11 +561,14 @@ class ShellSandbox(SandboxBackend):
         if fd is None:
             assert self._proc.stdin is not None
             fd = self._proc.stdin.fileno()
-        with contextlib.suppress(BrokenPipeError, OSError):  # a dead shell shows up as EOF in _collect
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
+        try:  # a dead shell shows up as EOF in _collect
+            written = os.write(fd, data)  # a command frame fits the pipe: one write as a rule
+            if written < len(data):
+                view = memoryview(data)[written:]
+                while view:
+                    view = view[os.write(fd, view) :]
+        except OSError:
+            pass
 
     def _status_fd(self) -> int:
         assert self._proc is not None and self._channels is not None
@@ -529,14 +618,21 @@ class ShellSandbox(SandboxBackend):
             if record is None:
                 continue
             word, _, value = record.partition(" ")
+            ran = "1"
             if startup and self.status_channel != "socket":  # `hello <pid> <secret>` from a warden, else `hello <pid>`
                 value, _, secret = value.strip().partition(" ")
                 self._fence_secret = secret
+            elif not startup and self.status_channel == "socket":  # `<status> <1 if it ran> <nonce>`
+                parts = record.split(" ")
+                value, ran, word = parts if len(parts) == 3 else ("", "", "")
             status = _status_number(value)
             if word != nonce or status is None:
                 self.forged_records += 1
                 continue
-            self._drain(out_fd, output)
+            if out_fd in ready:  # (not ready in the poll that saw the record: the pipe held nothing then)
+                self._drain(out_fd, output)
+            if ran != "1":  # the shell could not open the command's descriptors: it cannot run any
+                return self._partial(output, started), "unrunnable"
             # stderr mode: stdout and stderr reach the host by separate copies, so the status can
             # overtake the last output: read on until the command's fence, written after its output
             fenced = self.status_channel == "socket" or startup
@@ -567,7 +663,7 @@ class ShellSandbox(SandboxBackend):
             pending[:] = rest
             return line.decode(errors="replace").strip(), False
         try:
-            data, ancillary, _, _ = channels.status.recvmsg(256, socket.CMSG_SPACE(_CREDENTIALS))
+            data, ancillary, _, _ = channels.status.recvmsg(256, _CREDENTIALS_SPACE)
         except (BlockingIOError, InterruptedError):
             return None, False
         if not data:
@@ -627,6 +723,12 @@ class ShellSandbox(SandboxBackend):
     def _request(self, request: dict[str, Any], timeout_s: float | None) -> CommandResult:
         """One request to the in-sandbox tool server; a timeout or a dead server restarts the sandbox's
         processes (like a shell timeout), with a note."""
+        if self._sent_write is not None or self._carried_note:
+            self._settle_write()
+            return self._told(self._request_now(request, timeout_s))
+        return self._request_now(request, timeout_s)
+
+    def _request_now(self, request: dict[str, Any], timeout_s: float | None) -> CommandResult:
         if self._proc is None or self._channels is None:
             raise SandboxError("sandbox is not started; call start() first (the environment does this at reset)")
         channels = self._channels
@@ -637,14 +739,12 @@ class ShellSandbox(SandboxBackend):
                 raise SandboxError(f"{type(self).__name__} cannot start its tool server")
             channels.server, channels.server_started = server, True
             channels.requests, channels.replies = os.dup(server.stdin.fileno()), os.dup(server.stdout.fileno())
+            os.set_blocking(channels.requests, False)
+            os.set_blocking(channels.replies, False)
         assert channels.requests is not None and channels.replies is not None
         timeout = self._bounded_timeout(timeout_s)
         started = time.perf_counter()
-        request_id = secrets.token_hex(16)
-        request = dict(request, id=request_id, limit=self.output_limit_chars)
-        body = json.dumps(request, default=str).encode()  # ASCII: lone surrogates travel as \\u escapes
-        frame = (b"" if channels.server_started else b"G") + _FRAME.pack(len(body)) + body
-        channels.server_started = True
+        request_id, frame = self._frame(request)
         reply, ended = self._exchange(channels, frame, timeout)
         duration = time.perf_counter() - started
         if reply is not None and reply.get("id") == request_id:
@@ -660,26 +760,49 @@ class ShellSandbox(SandboxBackend):
             ended = "eof"
         return self._restart_after(partial, timed_out=ended == "timeout", timeout=timeout, what="tool server")
 
-    def prime_tool_server(self) -> None:
-        """Start the in-sandbox tool server now, in the background: its launcher gets the start byte
-        and execs Python while the episode starts (a spare: off every clock), not at the first
-        non-shell tool call or context fold (90-280 ms of interpreter start). Nothing when the server
-        is started already or is a process of its own (Docker)."""
+    def _frame(self, request: dict[str, Any]) -> tuple[str, bytes]:
+        """A request's id and its frame for the tool server (with the start byte if it is not started)."""
         channels = self._channels
-        if channels is None or channels.requests is None or channels.server_started:
-            return
-        try:
-            os.write(channels.requests, b"G")
-        except OSError:  # the shell is gone: the next request restarts the sandbox's processes
-            return
+        assert channels is not None
+        request_id = self._nonce() + self._nonce()  # 128 bits from the pool: no getrandom(2) a request
+        request = dict(request, id=request_id, limit=self.output_limit_chars)
+        body = json.dumps(request, default=str).encode()  # ASCII: lone surrogates travel as \\u escapes
+        frame = (b"" if channels.server_started else b"G") + _FRAME.pack(len(body)) + body
         channels.server_started = True
+        return request_id, frame
+
+    def prime_tool_server(self, wait_s: float = 0.0) -> bool:
+        """Start the in-sandbox tool server now: its launcher gets the start byte and execs Python
+        while the episode starts (a spare: off every clock), not at the first non-shell tool call or
+        context fold (90-280 ms of interpreter start). ``wait_s``: wait that long for the server to
+        say it is up (a spare's worker does, so a spare handed out has its server answering: on a
+        loaded machine the interpreter took longer than the model's first reply, and the episode's
+        first tool call waited up to 0.5 s for it). Returns whether the server is known to be up
+        (True also for a server that is a process of its own, Docker's, which announced itself)."""
+        channels = self._channels
+        if channels is None or channels.requests is None:
+            return False
+        if not channels.server_started:
+            try:
+                os.write(channels.requests, b"G")
+            except OSError:  # the shell is gone: the next request restarts the sandbox's processes
+                return False
+            channels.server_started = True
+        if not channels.announced and wait_s > 0 and channels.replies is not None:
+            ready, _ = wait_for([channels.replies], [], wait_s)
+            if ready:
+                try:
+                    byte = os.read(channels.replies, 1)
+                except BlockingIOError:
+                    byte = b""
+                if byte:  # "S"; anything else is no announcement, and the next request finds out
+                    channels.announced = True
+        return channels.announced
 
     def _exchange(self, channels: _Channels, frame: bytes, timeout: float) -> tuple[dict[str, Any] | None, str]:
         assert channels.requests is not None and channels.replies is not None
         deadline = time.monotonic() + timeout
-        view = memoryview(frame)
-        os.set_blocking(channels.requests, False)
-        os.set_blocking(channels.replies, False)
+        view = memoryview(frame)  # (both ends are non-blocking since they were made)
         received = bytearray()
         needed: int | None = None
         while True:
@@ -703,6 +826,9 @@ class ShellSandbox(SandboxBackend):
             if not chunk:
                 return None, "eof"
             received += chunk
+            if not channels.announced and received[:1] == b"S":  # the server's "up" byte, unread before
+                del received[:1]  # (a frame starts with its length's high byte: 0 below 16 MB)
+                channels.announced = True
             if needed is None and len(received) >= _FRAME.size:
                 needed = _FRAME.unpack_from(received)[0] + _FRAME.size
             if needed is not None and len(received) >= needed:
@@ -731,6 +857,12 @@ class ShellSandbox(SandboxBackend):
             note = (
                 f"The shell exited (status {status}); every process it started was killed and a new shell "
                 "was started: the working directory and environment variables are reset."
+            )
+        elif what == "shell":
+            note = (
+                "The shell could not set up the command's descriptors (a descriptor limit?), so it could not "
+                "run it; every process was killed and a new shell was started: the working directory and "
+                "environment variables are reset."
             )
         else:
             note = (

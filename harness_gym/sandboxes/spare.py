@@ -130,22 +130,39 @@ class WarmSpare(Generic[S]):
         self._pending: tuple[Hashable, Future[S]] | None = None
         self._closing: list[Future[None]] = []
 
-    def prepare(self, key: Hashable, make: Callable[[], S], then_close: S | None = None) -> None:
+    def prepare(
+        self,
+        key: Hashable,
+        make: Callable[[], S],
+        then_close: S | None = None,
+        warm: Callable[[S], object] | None = None,
+    ) -> None:
         """Make the spare for ``key`` in the background (a spare for another key is closed), then
         close ``then_close`` (the finished episode's sandbox) in the same job: one worker woken per
-        reset, and the close never competes with the spare a reset right after may be waiting for."""
+        reset, and the close never competes with the spare a reset right after may be waiting for.
+        ``warm``: then wait for what the spare started to be ready (its tool server), after the
+        close, before the spare is handed out (a reset that takes it meanwhile waits for it)."""
         self.discard()
         made: Future[S] = Future()
 
         def job() -> None:
+            closed = False
             try:
                 if made.set_running_or_notify_cancel():  # (not discarded meanwhile)
                     try:
-                        made.set_result(make())
+                        spare = make()
                     except BaseException as exc:  # the reset that takes it makes its own
                         made.set_exception(exc)
+                    else:
+                        if then_close is not None:
+                            closed = True
+                            _close_quietly(then_close)
+                        if warm is not None:
+                            with contextlib.suppress(Exception):  # (best effort: a request finds out)
+                                warm(spare)
+                        made.set_result(spare)
             finally:
-                if then_close is not None:
+                if then_close is not None and not closed:
                     _close_quietly(then_close)
 
         self._pending = (key, made)
