@@ -841,3 +841,36 @@ def test_every_dialect_builds_its_canonical_request_with_one_helper() -> None:
         {"max_tokens": "many", "temperature": "hot"}, None, [], [], max_tokens_keys=("max_tokens",)
     )
     assert (odd.model, odd.max_tokens, odd.temperature) == ("", None, None)
+
+
+def test_the_caches_across_requests_see_one_altered_byte(proxy: ModelProxy) -> None:
+    """The proxy reuses work across a rollout's requests (a system prompt's side-tag key, a history
+    call's normalized arguments), keyed by the exact text: a later request that resends a prefix
+    with one byte altered (same length) is checked and recorded as sent, never as the cached one."""
+    gemini = recording("gemini-cli")["records"]
+    path = gemini[0]["path"]
+    made = {"id": "c1", "name": "run_shell_command", "arguments": json.dumps({"command": "echo hi > hello.txt"})}
+    channel = proxy.open_rollout(ScriptedPolicy([PolicyReply(tool_calls=[made], finish_reason="tool_calls")] * 3))
+    honest = gemini[1]["request"]
+    altered = copy.deepcopy(honest)
+    altered["contents"][1]["parts"][0]["functionCall"]["args"]["command"] = "echo hi > hello.txu"
+    for body in (gemini[0]["request"], honest, honest):  # the honest history twice: its arguments cached
+        assert post(proxy, path, body, channel.secret)[0] == 200
+    assert channel.tampered is None, channel.tampered
+    assert post(proxy, path, altered, channel.secret)[0] == 200
+    assert channel.tampered and "never made" in channel.tampered
+    sent = channel.records[-1].policy_request
+    assert sent is not None
+    claimed = next(m for m in sent.messages if m.get("tool_calls"))["tool_calls"][0]["function"]["arguments"]
+    assert "hello.txu" in claimed
+
+    claude = recording("claude-code")["records"]
+    channel = proxy.open_rollout(ScriptedPolicy([PolicyReply(content="ok")] * 3))
+    first = claude[0]["request"]
+    other = copy.deepcopy(first)
+    block = other["system"][-1]
+    block["text"] = block["text"][:-1] + ("." if block["text"][-1] != "." else ",")  # one byte, same length
+    for body in (first, first, other):
+        assert post(proxy, claude[0]["path"], body, channel.secret)[0] == 200
+    assert [r.side for r in channel.records] == [False, False, True]  # another system prompt: a side request
+    assert channel.agent_turns == 2

@@ -19,6 +19,10 @@ if TYPE_CHECKING:
     from harness_gym.external.catalog import ExternalCli
 
 
+# JSON objects: a decoded body's are dicts, matched first without the ABC's slower instance check
+OBJECT = (dict, Mapping)
+
+
 @dataclass
 class PolicyRequest:
     """One model request in canonical form (OpenAI Chat), whatever dialect the CLI spoke."""
@@ -76,7 +80,7 @@ def text_of(content: Any) -> str:
         for part in content:
             if isinstance(part, str):
                 parts.append(part)
-            elif isinstance(part, Mapping) and isinstance(part.get("text"), str):
+            elif isinstance(part, OBJECT) and isinstance(part.get("text"), str):
                 parts.append(part["text"])
         return "\n".join(parts)
     return str(content)

@@ -15,6 +15,8 @@ from typing import Any
 
 from harness_gym.external.policies import PolicyReply, PolicyRequest, estimate_tokens, text_of
 from harness_gym.external.proxy.wire import (
+    OBJECT,
+    DialectError,
     arguments_object,
     as_list,
     finish_of,
@@ -33,9 +35,13 @@ _STOP = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens"}
 def _blocks(content: Any) -> list[Mapping[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
-    blocks = as_list(content, "content")
-    require(all(isinstance(b, Mapping) for b in blocks), "every content block must be an object")
-    return blocks
+    if content is None:
+        return []
+    require(isinstance(content, list), "content must be a list")
+    for block in content:  # read, never changed: the body's own list
+        if not isinstance(block, OBJECT):
+            raise DialectError("every content block must be an object")
+    return content
 
 
 def _tool_result_text(block: Mapping[str, Any]) -> str:
@@ -45,49 +51,58 @@ def _tool_result_text(block: Mapping[str, Any]) -> str:
 
 
 def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One pass over each message's blocks (every CLI request resends the whole conversation)."""
     messages: list[dict[str, Any]] = []
     system = body.get("system")
     if system:
         messages.append({"role": "system", "content": text_of(_blocks(system))})
+    dumps = json.dumps
     for message in as_list(body.get("messages"), "messages"):
-        require(isinstance(message, Mapping), "every message must be an object")
+        if not isinstance(message, OBJECT):
+            raise DialectError("every message must be an object")
         role = message.get("role")
-        require(role in ("user", "assistant", "system"), f"unknown role {role!r}")
+        if role not in ("user", "assistant", "system"):
+            raise DialectError(f"unknown role {role!r}")
         blocks = _blocks(message.get("content"))
         if role == "system":
             messages.append({"role": "system", "content": text_of(blocks)})
-        elif role == "assistant":
-            texts = [str(b.get("text", "")) for b in blocks if b.get("type") == "text"]
-            calls = [
-                {
-                    "id": str(b.get("id") or ""),
-                    "type": "function",
-                    "function": {"name": str(b.get("name") or ""), "arguments": json.dumps(b.get("input") or {})},
-                }
-                for b in blocks
-                if b.get("type") in ("tool_use", "server_tool_use")
-            ]
+            continue
+        texts: list[str] = []
+        if role == "assistant":
+            calls = []
+            for b in blocks:
+                kind = b.get("type")
+                if kind == "text":
+                    texts.append(str(b.get("text", "")))
+                elif kind == "tool_use" or kind == "server_tool_use":
+                    calls.append(
+                        {
+                            "id": str(b.get("id") or ""),
+                            "type": "function",
+                            "function": {"name": str(b.get("name") or ""), "arguments": dumps(b.get("input") or {})},
+                        }
+                    )
             out: dict[str, Any] = {"role": "assistant", "content": "\n".join(texts)}
             if calls:
                 out["tool_calls"] = calls
             messages.append(out)
-        else:
-            texts = []
-            for block in blocks:
-                if block.get("type") == "tool_result":
-                    messages.append(
-                        {
-                            "role": "tool",
-                            "tool_call_id": str(block.get("tool_use_id") or ""),
-                            "content": _tool_result_text(block),
-                        }
-                    )
-                elif block.get("type") == "text":
-                    texts.append(str(block.get("text", "")))
-                elif block.get("type") in ("image", "document"):
-                    texts.append(f"[{block['type']} omitted]")
-            if texts:
-                messages.append({"role": "user", "content": "\n".join(texts)})
+            continue
+        for block in blocks:
+            kind = block.get("type")
+            if kind == "tool_result":
+                messages.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": str(block.get("tool_use_id") or ""),
+                        "content": _tool_result_text(block),
+                    }
+                )
+            elif kind == "text":
+                texts.append(str(block.get("text", "")))
+            elif kind == "image" or kind == "document":
+                texts.append(f"[{kind} omitted]")
+        if texts:
+            messages.append({"role": "user", "content": "\n".join(texts)})
     require(len(messages) > 0, "messages must not be empty")
     return messages
 
@@ -95,7 +110,7 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
 def _tools(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     tools = []
     for tool in as_list(body.get("tools"), "tools"):
-        require(isinstance(tool, Mapping), "every tool must be an object")
+        require(isinstance(tool, OBJECT), "every tool must be an object")
         if "input_schema" in tool:  # server tools (web_search_2025..., ...) have a type and no schema
             tools.append(function_tool(tool.get("name"), tool.get("description"), tool.get("input_schema")))
     return tools
@@ -158,7 +173,7 @@ def render_stream(reply: PolicyReply, body: Mapping[str, Any], model: str) -> It
             delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
         yield sse({"type": "content_block_start", "index": index, "content_block": head}, "content_block_start")
         yield sse({"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta")
-        yield sse({"type": "content_block_stop", "index": index}, "content_block_stop")
+        yield _block_stop(index)
     yield sse(
         {
             "type": "message_delta",
@@ -167,7 +182,20 @@ def render_stream(reply: PolicyReply, body: Mapping[str, Any], model: str) -> It
         },
         "message_delta",
     )
-    yield sse({"type": "message_stop"}, "message_stop")
+    yield _MESSAGE_STOP
+
+
+_MESSAGE_STOP = sse({"type": "message_stop"}, "message_stop")
+_BLOCK_STOPS: dict[int, bytes] = {}  # index -> its content_block_stop event (the same bytes every reply)
+
+
+def _block_stop(index: int) -> bytes:
+    event = _BLOCK_STOPS.get(index)
+    if event is None:
+        event = sse({"type": "content_block_stop", "index": index}, "content_block_stop")
+        if index < 64:
+            _BLOCK_STOPS[index] = event
+    return event
 
 
 def error(status: int, message: str) -> dict[str, Any]:

@@ -9,6 +9,8 @@ from typing import Any
 
 from harness_gym.external.policies import PolicyReply, PolicyRequest
 from harness_gym.external.proxy.wire import (
+    OBJECT,
+    DialectError,
     as_list,
     finish_of,
     function_tool,
@@ -20,19 +22,22 @@ from harness_gym.external.proxy.wire import (
 )
 
 DIALECT = "chat"
+_ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 
 
 def _message(message: Any) -> dict[str, Any]:
-    require(isinstance(message, Mapping), "every message must be an object")
+    if not isinstance(message, OBJECT):
+        raise DialectError("every message must be an object")
     role = message.get("role")
-    require(role in ("system", "developer", "user", "assistant", "tool", "function"), f"unknown role {role!r}")
+    if role not in _ROLES:  # the message is built only on failure
+        raise DialectError(f"unknown role {role!r}")
     out: dict[str, Any] = {"role": "system" if role == "developer" else role, "content": message.get("content")}
     if role == "function":  # the legacy function-calling turn
         out = {"role": "tool", "tool_call_id": str(message.get("name") or ""), "content": message.get("content")}
     if role == "assistant":
         calls = as_list(message.get("tool_calls"), "tool_calls")
         legacy = message.get("function_call")
-        if isinstance(legacy, Mapping):
+        if isinstance(legacy, OBJECT):
             calls.append({"id": str(legacy.get("name") or ""), "type": "function", "function": dict(legacy)})
         if calls:
             out["tool_calls"] = calls
@@ -46,12 +51,12 @@ def parse(body: Mapping[str, Any], model: str | None = None) -> PolicyRequest:
     require(bool(messages), "messages must not be empty")
     tools = []
     for tool in as_list(body.get("tools"), "tools"):
-        require(isinstance(tool, Mapping), "every tool must be an object")
-        if tool.get("type", "function") == "function" and isinstance(tool.get("function"), Mapping):
+        require(isinstance(tool, OBJECT), "every tool must be an object")
+        if tool.get("type", "function") == "function" and isinstance(tool.get("function"), OBJECT):
             f = tool["function"]
             tools.append(function_tool(f.get("name"), f.get("description"), f.get("parameters")))
     for f in as_list(body.get("functions"), "functions"):
-        if isinstance(f, Mapping):
+        if isinstance(f, OBJECT):
             tools.append(function_tool(f.get("name"), f.get("description"), f.get("parameters")))
     return policy_request(body, model, messages, tools, max_tokens_keys=("max_completion_tokens", "max_tokens"))
 

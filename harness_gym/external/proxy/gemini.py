@@ -16,6 +16,8 @@ from typing import Any
 
 from harness_gym.external.policies import PolicyReply, PolicyRequest, estimate_tokens, text_of
 from harness_gym.external.proxy.wire import (
+    OBJECT,
+    DialectError,
     arguments_object,
     as_list,
     finish_of,
@@ -27,20 +29,21 @@ from harness_gym.external.proxy.wire import (
 )
 
 DIALECT = "gemini"
+_NESTED = (dict, list, Mapping)
 _FINISH = {"stop": "STOP", "tool_calls": "STOP", "length": "MAX_TOKENS"}
 
 
 def _json_schema(schema: Any) -> Any:
     """OpenAPI-style Gemini schema (``type: "OBJECT"``) to JSON Schema (``type: "object"``)."""
-    if isinstance(schema, Mapping):
+    if isinstance(schema, OBJECT):
         out: dict[str, Any] = {}
         for key, value in schema.items():
             if key == "type" and isinstance(value, str):
                 out[key] = value.lower()
-            elif key in ("properties", "$defs", "definitions") and isinstance(value, Mapping):
+            elif key in ("properties", "$defs", "definitions") and isinstance(value, OBJECT):
                 out[key] = {k: _json_schema(v) for k, v in value.items()}
             else:
-                out[key] = _json_schema(value) if isinstance(value, Mapping | list) else value
+                out[key] = _json_schema(value) if isinstance(value, _NESTED) else value
         return out
     if isinstance(schema, list):
         return [_json_schema(v) for v in schema]
@@ -48,9 +51,14 @@ def _json_schema(schema: Any) -> Any:
 
 
 def _parts(content: Any) -> list[Mapping[str, Any]]:
-    require(isinstance(content, Mapping), "every content must be an object")
-    parts = as_list(content.get("parts"), "parts")
-    require(all(isinstance(p, Mapping) for p in parts), "every part must be an object")
+    require(isinstance(content, OBJECT), "every content must be an object")
+    parts = content.get("parts")
+    if parts is None:
+        return []
+    require(isinstance(parts, list), "parts must be a list")
+    for part in parts:  # read, never changed: the body's own list
+        if not isinstance(part, OBJECT):
+            raise DialectError("every part must be an object")
     return parts
 
 
@@ -66,13 +74,14 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     for content in as_list(body.get("contents"), "contents"):
         parts = _parts(content)
         role = content.get("role", "user")
-        require(role in ("user", "model", "function"), f"unknown role {role!r}")
+        if role not in ("user", "model", "function"):
+            raise DialectError(f"unknown role {role!r}")
         texts = [str(p["text"]) for p in parts if isinstance(p.get("text"), str) and not p.get("thought")]
         if role == "model":
             calls = []
             for part in parts:
                 call = part.get("functionCall")
-                if isinstance(call, Mapping):
+                if isinstance(call, OBJECT):
                     call_id = str(call.get("id") or f"gemini_call_{counter}")
                     counter += 1
                     pending.append((str(call.get("name") or ""), call_id))
@@ -93,7 +102,7 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
             continue
         for part in parts:
             response = part.get("functionResponse")
-            if isinstance(response, Mapping):
+            if isinstance(response, OBJECT):
                 name = str(response.get("name") or "")
                 call_id = str(response.get("id") or "")
                 match = next(
@@ -103,7 +112,7 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
                     pending.remove(match)
                     call_id = match[1]
                 value = response.get("response")
-                output = value.get("output", value) if isinstance(value, Mapping) and len(value) == 1 else value
+                output = value.get("output", value) if isinstance(value, OBJECT) and len(value) == 1 else value
                 text = output if isinstance(output, str) else json.dumps(output)
                 messages.append({"role": "tool", "tool_call_id": call_id or name, "content": text})
         if texts:
@@ -115,10 +124,10 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
 def _tools(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     tools = []
     for tool in as_list(body.get("tools"), "tools"):
-        require(isinstance(tool, Mapping), "every tool must be an object")
+        require(isinstance(tool, OBJECT), "every tool must be an object")
         declarations = tool.get("functionDeclarations") or tool.get("function_declarations") or []
         for declaration in as_list(declarations, "functionDeclarations"):
-            require(isinstance(declaration, Mapping), "every function declaration must be an object")
+            require(isinstance(declaration, OBJECT), "every function declaration must be an object")
             schema = declaration.get("parametersJsonSchema")
             if schema is None:
                 schema = _json_schema(declaration.get("parameters"))
@@ -128,7 +137,7 @@ def _tools(body: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def parse(body: Mapping[str, Any], model: str | None = None) -> PolicyRequest:
     config = body.get("generationConfig") or body.get("generation_config") or {}
-    require(isinstance(config, Mapping), "generationConfig must be an object")
+    require(isinstance(config, OBJECT), "generationConfig must be an object")
     return policy_request(
         body, model, _messages(body), _tools(body), max_tokens_keys=("maxOutputTokens",), settings=config
     )
@@ -136,7 +145,7 @@ def parse(body: Mapping[str, Any], model: str | None = None) -> PolicyRequest:
 
 def count_tokens(body: Mapping[str, Any]) -> dict[str, Any]:
     inner = body.get("generateContentRequest")
-    request = parse(inner if isinstance(inner, Mapping) else body)
+    request = parse(inner if isinstance(inner, OBJECT) else body)
     return {"totalTokens": estimate_tokens([request.messages, request.tools])}
 
 

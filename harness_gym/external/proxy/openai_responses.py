@@ -16,6 +16,8 @@ from typing import Any
 
 from harness_gym.external.policies import PolicyReply, PolicyRequest, estimate_tokens, text_of
 from harness_gym.external.proxy.wire import (
+    OBJECT,
+    DialectError,
     arguments_object,
     as_list,
     finish_of,
@@ -38,7 +40,7 @@ _CUSTOM_PARAMETERS = {
 def _output_text(output: Any) -> str:
     if isinstance(output, str):
         return output
-    if isinstance(output, Mapping):  # {"content": ..., "success": ...} in some clients
+    if isinstance(output, OBJECT):  # {"content": ..., "success": ...} in some clients
         return text_of(output.get("content")) if "content" in output else str(output)
     return text_of(output)
 
@@ -51,11 +53,12 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     if isinstance(items, str):
         items = [{"type": "message", "role": "user", "content": items}]
     for item in as_list(items, "input"):
-        require(isinstance(item, Mapping), "every input item must be an object")
+        require(isinstance(item, OBJECT), "every input item must be an object")
         kind = item.get("type", "message")
         if kind == "message":
             role = item.get("role")
-            require(role in ("user", "assistant", "system", "developer"), f"unknown role {role!r}")
+            if role not in ("user", "assistant", "system", "developer"):
+                raise DialectError(f"unknown role {role!r}")
             messages.append(
                 {"role": "system" if role == "developer" else role, "content": text_of(item.get("content"))}
             )
@@ -92,14 +95,14 @@ def custom_tools(body: Mapping[str, Any]) -> set[str]:
     return {
         str(t.get("name"))
         for t in as_list(body.get("tools"), "tools")
-        if isinstance(t, Mapping) and t.get("type") == "custom"
+        if isinstance(t, OBJECT) and t.get("type") == "custom"
     }
 
 
 def _tools(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     tools = []
     for tool in as_list(body.get("tools"), "tools"):
-        require(isinstance(tool, Mapping), "every tool must be an object")
+        require(isinstance(tool, OBJECT), "every tool must be an object")
         if tool.get("type") == "function":
             tools.append(function_tool(tool.get("name"), tool.get("description"), tool.get("parameters")))
         elif tool.get("type") == "custom":

@@ -131,9 +131,9 @@ MAX_RECORDED_BYTES = 256 * 1024 * 1024  # request bytes one rollout's records ma
 _VOLATILE = re.compile(r"^x-anthropic-billing-header:.*$", re.MULTILINE)
 
 
-def system_key(request: PolicyRequest) -> str:
-    """The system prompt as compared for side-request tagging."""
-    return _VOLATILE.sub("", request.system).strip()
+def system_key(system: str) -> str:
+    """A system prompt as compared for side-request tagging (the regex runs only where its header is)."""
+    return (_VOLATILE.sub("", system) if "x-anthropic-billing-header:" in system else system).strip()
 
 
 class RolloutChannel:
@@ -167,6 +167,7 @@ class RolloutChannel:
         self.exceeded: str | None = None
         self.connections = 0  # connections open now that sent this channel's secret
         self.first_system: str | None = None
+        self._system: tuple[str | None, str] = (None, "")  # the last system prompt tagged and its key
         self.tampered: str | None = None
         self.max_recorded_bytes = MAX_RECORDED_BYTES
         self.recorded_bytes = 0
@@ -210,8 +211,11 @@ class RolloutChannel:
 
     def tag(self, request: PolicyRequest) -> PolicyRequest:
         """Mark a side request: no tools, or another system prompt than the rollout's first agent turn."""
-        key = system_key(request)
+        system = request.system
         with self.lock:
+            if system != self._system[0]:  # the CLI resends one prompt: its key is made once (exact text)
+                self._system = (system, system_key(system))
+            key = self._system[1]
             side = not request.tools or (self.first_system is not None and key != self.first_system)
             if not side and self.first_system is None:
                 self.first_system = key
@@ -227,7 +231,7 @@ class RolloutChannel:
         with the secret it reads from the CLI's environment, so a forged call is flagged here, and the
         first one makes the rollout an error (``tampered``). The reason, or None."""
         with self.lock:  # the index grows as records are added, and is read under the same lock
-            forged = self._calls.match(request.messages, self.renamed_calls)[1]
+            matched, forged = self._calls.match(request.messages, self.renamed_calls)
             reason = None
             if forged:
                 reason = (
@@ -236,7 +240,7 @@ class RolloutChannel:
                     "the proxy rewrote it"
                 )
             elif not request.side:  # a later agent turn must carry the result an earlier one gave a call
-                for call_id, text in results_in(request.messages, self._calls).items():
+                for call_id, text in results_in(request.messages, self._calls, matched).items():
                     digest = hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()
                     if self.result_digests.setdefault(call_id, digest) != digest:
                         reason = (
@@ -316,6 +320,9 @@ class CallIndex:
         self.by_id: dict[str, list[int]] = {}  # id -> positions in ``made``
         self._twins: dict[tuple[str, str], list[int]] = {}  # (name, arguments normalized) -> positions
         self._keyed = 0  # the first position not in ``_twins`` yet (keys are made only when needed)
+        # a history's arguments text -> its normalized form: every request resends the same calls (Gemini's
+        # are matched by arguments), so each text is decoded once; keyed by the exact text, bounded
+        self._normal: dict[str, str] = {}
         for reply in replies:
             self.add(reply)
 
@@ -331,6 +338,16 @@ class CallIndex:
                 self._twins.setdefault((call["name"], _normalized(call["arguments"])), []).append(position)
         self._keyed = len(self.made)
         return self._twins
+
+    def _normalized(self, arguments: Any) -> str:
+        if not isinstance(arguments, str):
+            return _normalized(arguments)
+        normal = self._normal.get(arguments)
+        if normal is None:
+            if len(self._normal) >= 4096:
+                self._normal.clear()
+            normal = self._normal[arguments] = _normalized(arguments)
+        return normal
 
     def match(self, messages: Any, renamed: tuple[str, ...] = ()) -> tuple[dict[str, str], list[dict[str, Any]]]:
         """Match each call a history claims to a call of a recorded reply: by id (with the same name,
@@ -353,7 +370,7 @@ class CallIndex:
                 rest.append(call)
         forged = []
         for call in rest:
-            group = self._by_name_and_arguments().get((call["name"], _normalized(call["arguments"])), [])
+            group = self._by_name_and_arguments().get((call["name"], self._normalized(call["arguments"])), [])
             twin = next((p for p in group if p not in taken), None)
             if twin is None:
                 forged.append(call)
@@ -375,10 +392,12 @@ def forged_calls(messages: Any, replies: list[PolicyReply], renamed: tuple[str, 
     return match_calls(messages, replies, renamed)[1]
 
 
-def results_in(messages: Any, index: CallIndex) -> dict[str, str]:
+def results_in(messages: Any, index: CallIndex, matched: dict[str, str] | None = None) -> dict[str, str]:
     """Reply call id -> the tool result (its text) one history carries for it, matched by call id
-    (Gemini's wire has no ids: by function name, in order). Results for calls no reply made are left out."""
-    matched, _ = index.match(messages)
+    (Gemini's wire has no ids: by function name, in order). Results for calls no reply made are left out.
+    ``matched``: ``index.match(messages)``'s ids where the caller has them (one match a request)."""
+    if matched is None:
+        matched = index.match(messages)[0]
     made: dict[str, dict[str, Any]] | None = None  # id -> call, made only for Gemini's results
     results: dict[str, str] = {}
     for message in messages or []:

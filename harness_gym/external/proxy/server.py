@@ -36,6 +36,7 @@ import threading
 import time
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
+from email.utils import formatdate
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from types import ModuleType, TracebackType
@@ -792,11 +793,23 @@ class _ProxyHandler(BaseHTTPRequestHandler):
         (split writes on TCP also meet Nagle's algorithm and the client's delayed ACK)."""
         status, headers, data, close = self._outgoing
         phrase = self.responses[status][0] if status in self.responses else ""
-        head = [f"HTTP/1.1 {status} {phrase}", f"Server: {self.server_version}", f"Date: {self.date_time_string()}"]
+        head = [f"HTTP/1.1 {status} {phrase}", f"Server: {self.server_version}", f"Date: {_date()}"]
         head += [f"{key}: {value}" for key, value in headers]
         self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + data)
         if close:
             self.close_connection = True
+
+
+_date_now: tuple[int, str] = (0, "")  # the second and its Date header value (rebound whole: thread-safe)
+
+
+def _date() -> str:
+    """The ``Date`` header's value (``BaseHTTPRequestHandler.date_time_string``), made once a second."""
+    global _date_now
+    now = int(time.time())
+    if _date_now[0] != now:
+        _date_now = (now, formatdate(now, usegmt=True))
+    return _date_now[1]
 
 
 _MAX_HEADER_LINE = 65536  # as http.client

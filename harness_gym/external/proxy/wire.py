@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
-from harness_gym.external.policies import PolicyReply, PolicyRequest
+from harness_gym.external.policies import OBJECT, PolicyReply, PolicyRequest
 
 _orjson: ModuleType | None
 try:  # optional, not a dependency: decodes the CLIs' 15-70 KB bodies and encodes SSE events 2-3x faster
@@ -18,7 +18,9 @@ except ImportError:  # pragma: no cover - the stdlib then does it all
 
 # one encoder: json.dumps with non-default arguments builds a JSONEncoder per call, a few us per event
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+# one pass over the body finds both what orjson must not decode: every digit becomes 0 (a run of 19
+# is a number orjson may read otherwise) and every { becomes [ (one count bounds the depth)
+_GUARD = bytes.maketrans(b"123456789{", b"000000000[")
 _LONG_NUMBER = b"0" * 19  # orjson reads an integer past 64 bits as a float: the stdlib keeps it exact
 # orjson (3.8) has no depth limit: it recurses on the C stack, and 200,000 nested brackets crash the
 # process. A body with at most this many brackets is at most this deep, under the stdlib's limit.
@@ -40,15 +42,13 @@ def loads(raw: bytes) -> Any:
     may read differently (a run of 19 or more digits: an integer past 64 bits becomes a float
     there) or could nest deeper than the stdlib allows (over ``_MAX_BRACKETS`` brackets) is decoded
     by the stdlib, so the result and the errors do not depend on the install."""
-    if (
-        _orjson is not None
-        and raw.count(b"[") + raw.count(b"{") <= _MAX_BRACKETS
-        and _LONG_NUMBER not in raw.translate(_DIGITS)
-    ):
-        try:
-            return _orjson.loads(raw)
-        except _orjson.JSONDecodeError:
-            pass
+    if _orjson is not None:
+        guarded = raw.translate(_GUARD)  # one translation, then two C scans of it (vs four passes over raw)
+        if guarded.count(b"[") <= _MAX_BRACKETS and _LONG_NUMBER not in guarded:
+            try:
+                return _orjson.loads(raw)
+            except _orjson.JSONDecodeError:
+                pass
     return json.loads(raw)
 
 
@@ -105,17 +105,21 @@ def require(condition: bool, message: str) -> None:
 def as_list(value: Any, what: str) -> list[Any]:
     if value is None:
         return []
-    require(isinstance(value, list), f"{what} must be a list")
+    if not isinstance(value, list):
+        raise DialectError(f"{what} must be a list")
     return list(value)
 
 
 def function_tool(name: Any, description: Any, parameters: Any) -> dict[str, Any]:
-    require(isinstance(name, str) and bool(name), "every tool needs a name")
-    if not isinstance(parameters, Mapping):
-        parameters = {"type": "object", "properties": {}}
+    if not isinstance(name, str) or not name:
+        raise DialectError("every tool needs a name")
     return {
         "type": "function",
-        "function": {"name": name, "description": str(description or ""), "parameters": dict(parameters)},
+        "function": {
+            "name": name,
+            "description": description if type(description) is str else str(description or ""),
+            "parameters": dict(parameters) if isinstance(parameters, OBJECT) else {"type": "object", "properties": {}},
+        },
     }
 
 
