@@ -472,7 +472,10 @@ def test_shell_code_misreports_the_commands_it_runs_in():
 # copied at the fork) and, after `set -a` exports `__hn`, each later long command's from its children's
 # environments (what it writes to copies of the output pipe is only output; a short command's nonce
 # is the record's `echo` argument, in no variable)
-SEND_ON_EVERY_FD = 'for fd in {3..30}; do echo "$n 0" >&$fd; done 2>/dev/null'
+# Every shape a record has had (`<nonce> 0`, `<status> <ran> <nonce>`, `<status> <nonce>`): one the host
+# refuses for its shape alone proves nothing of the sender check (with `<nonce> 0` only, this test
+# still passed with SO_PASSCRED's check removed once the record became `<status> <ran> <nonce>`).
+SEND_ON_EVERY_FD = 'for fd in {3..30}; do for r in "$n 0" "0 1 $n" "0 $n"; do echo "$r" >&$fd; done; done 2>/dev/null'
 OWN_NONCE = f"( sleep 0.3; n=$__hn; {SEND_ON_EVERY_FD} ) & "
 LATER_NONCES = (
     "set -a; ( end=$((SECONDS + 5)); while ((SECONDS < end)); do for e in /proc/[0-9]*/environ; do "
@@ -603,3 +606,4 @@ def test_a_record_with_an_odd_status_is_refused_not_raised_in_docker(docker_engi
         assert (result.output, result.exit_code) == ("ok\n", 5), result
     finally:
         sandbox.close()
+
