@@ -397,6 +397,11 @@ RECORD_INTACT = [
     "exec 3>&-",
     "exec 3>/dev/null",
     "shopt -s extglob failglob nullglob; set -o pipefail",
+    # bash's saved copies of fds 0-2 around the command's group (the status socket among them, at 10+)
+    "exec 1>&10; echo '0 1 0123456789abcdef'",  # the shell's own record-shaped line on the status socket
+    "exec 10>&1 11>&1 12>&1 13>&1 14>&1",  # the saved copies overwritten with the output pipe
+    "exec 20>&10 10>&-; exec 1>&20 2>&20",
+    "declare -i __hd",  # the ran-flag made an integer
 ]
 
 
@@ -427,6 +432,7 @@ RECORD_LOST = [
     "ulimit -n 4",  # no descriptor left for the redirections
     "exec sleep 100",  # the status socket closed, the shell's process alive: the host waited 5 s for it
     "exec 10>&- 11>&-",  # the saved status socket and output copy closed in the shell itself
+    "readonly __hd",  # the next command's `__hd=` fails: bash drops the line, the record with it
 ]
 
 
