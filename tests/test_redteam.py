@@ -612,4 +612,3 @@ def test_a_record_with_an_odd_status_is_refused_not_raised_in_docker(docker_engi
         assert (result.output, result.exit_code) == ("ok\n", 5), result
     finally:
         sandbox.close()
-
