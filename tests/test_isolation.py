@@ -234,3 +234,26 @@ def test_registry_records_the_lease_generation():
         assert lease.recorded()["generation"] == lease.generation
     finally:
         box.close()
+
+
+def test_registry_is_a_multiset_that_replays_to_the_live_entries(tmp_path, monkeypatch):
+    """A shared layer is held once per episode using it: one discard leaves the other holder's entry,
+    a discard of something never added writes nothing, and the log replays to exactly what is held."""
+    monkeypatch.setenv("HARNESS_GYM_STATE_DIR", str(tmp_path))
+    log = isolation.Registry()
+    log.add("layer", "L1")
+    log.add("layer", "L1")
+    log.add("dir", "/tmp/w1")
+    log.discard("layer", "L1")
+    log.discard("dir", "/tmp/never-added")
+    assert isolation.read_registry(log.path.read_text()) == {
+        "dir": ["/tmp/w1"],
+        "cgroup": [],
+        "uid": [],
+        "layer": ["L1"],
+    }
+    log.discard("layer", "L1")
+    log.discard("layer", "L1")  # one more than was added: ignored, not a negative count
+    log.add("layer", "L1")
+    assert isolation.read_registry(log.path.read_text())["layer"] == ["L1"]
+    assert "-dir /tmp/never-added" not in log.path.read_text()
