@@ -5,14 +5,17 @@ attack that still works; its reason names the effect and a suggested fix."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import gzip
 import json
+import random
 import re
 import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import requires_bwrap
@@ -841,11 +844,10 @@ ODD_VALUES = [None, "", "x", 0, 1.5, True, [], {}, [None], [{}], ["x"], {"type":
               {"parts": None}, {"parts": "p"}]  # fmt: skip
 
 
-def _mutants(body: dict, rng, count: int) -> Iterator[dict]:
+def _mutants(body: dict[str, Any], rng: random.Random, count: int) -> Iterator[dict[str, Any]]:
     """``count`` copies of ``body``, each with one to three values somewhere replaced by an odd one."""
-    import copy
 
-    def paths(value, path=()):
+    def paths(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
         yield path
         children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
         for key, child in children:
@@ -857,22 +859,19 @@ def _mutants(body: dict, rng, count: int) -> Iterator[dict]:
             path = rng.choice([p for p in paths(mutant) if p] or [None])
             if path is None:
                 break
-            parent = mutant
+            parent: Any = mutant
             for key in path[:-1]:
                 parent = parent[key]
             parent[path[-1]] = copy.deepcopy(rng.choice(ODD_VALUES))
         yield mutant
 
 
-def test_hostile_bodies_get_a_dialect_error_and_are_never_changed_by_parsing():
+def test_hostile_bodies_get_a_dialect_error_and_are_never_changed_by_parsing() -> None:
     """Any process holding the channel's secret sends what it likes. The translation's fast paths
     read the body's own lists (no copies): for recorded bodies with values swapped for odd ones
     (200 mutants), every dialect's parse and token count either work or raise DialectError (a 400;
     anything else would be a 500 and an unhandled error), and the body is bit for bit what was sent
     afterwards (the record keeps what the CLI sent, not what translating it left)."""
-    import copy
-    import random
-
     from harness_gym.external.proxy import wire
     from harness_gym.external.proxy.recording import DIALECTS
 
