@@ -838,7 +838,7 @@ def test_refusals_past_the_budget_are_counted_not_all_recorded(proxy: ModelProxy
 
 # ------------------------------------------------------------------ session 31 red team (h31r)
 RECORDINGS = Path(__file__).parent / "data" / "external" / "recordings"
-ODD_VALUES = [None, "", "x", 0, 1.5, True, [], {}, [None], [{}], ["x"], {"type": "text", "text": 3},
+ODD_VALUES: list[Any] = [None, "", "x", 0, 1.5, True, [], {}, [None], [{}], ["x"], {"type": "text", "text": 3},
               {"type": "tool_use", "id": 5, "name": None, "input": "s"}, {"type": "tool_result", "content": {"a": 1}},
               {"functionCall": {"name": "n", "args": {}}}, {"functionResponse": {"name": "n", "response": {"o": 1}}},
               {"parts": None}, {"parts": "p"}]  # fmt: skip
@@ -856,9 +856,10 @@ def _mutants(body: dict[str, Any], rng: random.Random, count: int) -> Iterator[d
     for _ in range(count):
         mutant = copy.deepcopy(body)
         for _ in range(rng.choice((1, 2, 3))):
-            path = rng.choice([p for p in paths(mutant) if p] or [None])
-            if path is None:
+            inner = [p for p in paths(mutant) if p]
+            if not inner:
                 break
+            path = rng.choice(inner)
             parent: Any = mutant
             for key in path[:-1]:
                 parent = parent[key]
