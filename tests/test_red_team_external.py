@@ -5,14 +5,17 @@ attack that still works; its reason names the effect and a suggested fix."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import gzip
 import json
+import random
 import re
 import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import requires_bwrap
@@ -831,3 +834,66 @@ def test_refusals_past_the_budget_are_counted_not_all_recorded(proxy: ModelProxy
         statuses = [int(code) for code in re.findall(rb"HTTP/1\.1 (\d{3}) ", received)]
     assert statuses == [200, 200] + [429] * flood
     assert len(channel.records) == 2 + MAX_REFUSED_RECORDS and channel.refused_unrecorded == 100
+
+
+# ------------------------------------------------------------------ session 31 red team (h31r)
+RECORDINGS = Path(__file__).parent / "data" / "external" / "recordings"
+ODD_VALUES: list[Any] = [None, "", "x", 0, 1.5, True, [], {}, [None], [{}], ["x"], {"type": "text", "text": 3},
+              {"type": "tool_use", "id": 5, "name": None, "input": "s"}, {"type": "tool_result", "content": {"a": 1}},
+              {"functionCall": {"name": "n", "args": {}}}, {"functionResponse": {"name": "n", "response": {"o": 1}}},
+              {"parts": None}, {"parts": "p"}]  # fmt: skip
+
+
+def _mutants(body: dict[str, Any], rng: random.Random, count: int) -> Iterator[dict[str, Any]]:
+    """``count`` copies of ``body``, each with one to three values somewhere replaced by an odd one."""
+
+    def paths(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+        yield path
+        children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for key, child in children:
+            yield from paths(child, (*path, key))
+
+    for _ in range(count):
+        mutant = copy.deepcopy(body)
+        for _ in range(rng.choice((1, 2, 3))):
+            inner = [p for p in paths(mutant) if p]
+            if not inner:
+                break
+            path = rng.choice(inner)
+            parent: Any = mutant
+            for key in path[:-1]:
+                parent = parent[key]
+            parent[path[-1]] = copy.deepcopy(rng.choice(ODD_VALUES))
+        yield mutant
+
+
+def test_hostile_bodies_get_a_dialect_error_and_are_never_changed_by_parsing() -> None:
+    """Any process holding the channel's secret sends what it likes. The translation's fast paths
+    read the body's own lists (no copies): for recorded bodies with values swapped for odd ones
+    (200 mutants), every dialect's parse and token count either work or raise DialectError (a 400;
+    anything else would be a 500 and an unhandled error), and the body is bit for bit what was sent
+    afterwards (the record keeps what the CLI sent, not what translating it left)."""
+    from harness_gym.external.proxy import wire
+    from harness_gym.external.proxy.recording import DIALECTS
+
+    rng, parsed, refused = random.Random(31), 0, 0
+    bodies = [
+        (DIALECTS[r["dialect"]], r["request"])
+        for file in sorted(RECORDINGS.glob("*.json"))
+        for r in json.loads(file.read_text())["records"]
+        if r.get("dialect") in DIALECTS and isinstance(r.get("request"), dict)
+    ]
+    assert len(bodies) >= 6, "the recordings are missing"
+    for module, body in bodies:
+        for mutant in _mutants(body, rng, 200 // len(bodies)):
+            sent = copy.deepcopy(mutant)
+            for translate in (module.parse, getattr(module, "count_tokens", None)):
+                if translate is None:
+                    continue
+                try:
+                    translate(mutant)
+                    parsed += 1
+                except wire.DialectError:
+                    refused += 1
+                assert mutant == sent, f"{module.__name__} changed the body it translated"
+    assert parsed > 20 and refused > 20, (parsed, refused)  # both kinds of body were tried

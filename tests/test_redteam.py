@@ -397,6 +397,11 @@ RECORD_INTACT = [
     "exec 3>&-",
     "exec 3>/dev/null",
     "shopt -s extglob failglob nullglob; set -o pipefail",
+    # bash's saved copies of fds 0-2 around the command's group (the status socket among them, at 10+)
+    "exec 1>&10; echo '0 1 0123456789abcdef'",  # the shell's own record-shaped line on the status socket
+    "exec 10>&1 11>&1 12>&1 13>&1 14>&1",  # the saved copies overwritten with the output pipe
+    "exec 20>&10 10>&-; exec 1>&20 2>&20",
+    "declare -i __hd",  # the ran-flag made an integer
 ]
 
 
@@ -427,6 +432,7 @@ RECORD_LOST = [
     "ulimit -n 4",  # no descriptor left for the redirections
     "exec sleep 100",  # the status socket closed, the shell's process alive: the host waited 5 s for it
     "exec 10>&- 11>&-",  # the saved status socket and output copy closed in the shell itself
+    "readonly __hd",  # the next command's `__hd=` fails: bash drops the line, the record with it
 ]
 
 
@@ -472,7 +478,10 @@ def test_shell_code_misreports_the_commands_it_runs_in():
 # copied at the fork) and, after `set -a` exports `__hn`, each later long command's from its children's
 # environments (what it writes to copies of the output pipe is only output; a short command's nonce
 # is the record's `echo` argument, in no variable)
-SEND_ON_EVERY_FD = 'for fd in {3..30}; do echo "$n 0" >&$fd; done 2>/dev/null'
+# Every shape a record has had (`<nonce> 0`, `<status> <ran> <nonce>`, `<status> <nonce>`): one the host
+# refuses for its shape alone proves nothing of the sender check (with `<nonce> 0` only, this test
+# still passed with SO_PASSCRED's check removed once the record became `<status> <ran> <nonce>`).
+SEND_ON_EVERY_FD = 'for fd in {3..30}; do for r in "$n 0" "0 1 $n" "0 $n"; do echo "$r" >&$fd; done; done 2>/dev/null'
 OWN_NONCE = f"( sleep 0.3; n=$__hn; {SEND_ON_EVERY_FD} ) & "
 LATER_NONCES = (
     "set -a; ( end=$((SECONDS + 5)); while ((SECONDS < end)); do for e in /proc/[0-9]*/environ; do "
