@@ -516,9 +516,19 @@ def test_ctrl_c_exits_130_with_the_resume_command_and_no_traceback(tmp_path):
         start_new_session=True,
     )
     results = out / "results.jsonl"
-    deadline = time.time() + 120
-    while time.time() < deadline and (not results.exists() or len(results.read_text().splitlines()) < 2):
+    deadline = time.time() + 300  # generous: on a loaded machine the first episodes start slowly
+
+    def done() -> int:
+        return len(results.read_text().splitlines()) if results.exists() else 0
+
+    while time.time() < deadline and done() < 2 and process.poll() is None:
         time.sleep(0.1)
+    if done() < 2 or process.poll() is not None:  # Ctrl-C must land mid-run, else the test proves nothing
+        process.kill()
+        _, stderr = process.communicate(timeout=60)
+        pytest.fail(
+            f"the run was not mid-way when Ctrl-C was due ({done()} results, exit {process.returncode}): {stderr[-2000:]}"
+        )
     os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C sends the terminal's foreground group
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr[-3000:]
