@@ -21,14 +21,17 @@ import itertools
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.grading_time import _cpu_seconds, cpu_meter, idle_sandboxes
 from harness_gym.sandboxes import BubblewrapSandbox
 from harness_gym.tasks import load_tasks
 from harness_gym.tasks.base import Task
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from grading_time import _cpu_seconds, cpu_meter, idle_sandboxes
 
 STAGES = ("workspace", "prepare", "shell", "command", "stop", "release")
 
