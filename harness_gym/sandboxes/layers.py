@@ -455,22 +455,31 @@ def mount(workspace: Path, layer: Path, uid: int | None) -> None:
     scratch = folder / SCRATCH
     if not os.path.ismount(scratch):  # detached by an earlier mount: upper must never land on the host's disk
         raise OSError(f"{scratch} is not the episode's tmpfs (the workspace was mounted once already)")
+    try:
+        _overlay(layer, scratch, folder, workspace, uid)
+    finally:
+        # the overlay keeps private clones of its layers: off the host's tree, one mount per episode
+        # instead of three (each one is copied and detached again by every sandbox start on the host)
+        _detach(str(scratch))
+
+
+def _overlay(layer: Path, scratch: Path, lower_parent: Path, target: Path, uid: int | None) -> None:
+    """The overlay at ``target``: ``layer`` below (idmapped to ``uid`` in ``lower_parent``, named as
+    the layer so the overlay's lowerdir names the layer in use), ``scratch``'s upper and work above.
+    The idmapped bind is detached once mounted: the overlay holds a private clone of it."""
     lower = layer
     if uid is not None:
-        lower = folder / layer.name  # named as the layer: the overlay's lowerdir then names the layer in use
+        lower = lower_parent / layer.name
         lower.mkdir(exist_ok=True)
         _idmapped_bind(layer, lower, uid)
         os.chown(scratch / "upper", uid, uid)
     os.chmod(scratch / "upper", os.stat(layer).st_mode & 0o7777)
     options = f"lowerdir={lower},upperdir={scratch / 'upper'},workdir={scratch / 'work'}"
     try:
-        _mount("overlay", str(workspace), "overlay", options)
+        _mount("overlay", str(target), "overlay", options)
     finally:
-        # the overlay keeps private clones of its layers: off the host's tree, one mount per episode
-        # instead of three (each one is copied and detached again by every sandbox start on the host)
         if lower != layer:
             _detach(str(lower))
-        _detach(str(scratch))
 
 
 def is_layered(path: Path) -> bool:
@@ -586,22 +595,7 @@ class EpisodeMounts:
             raise OSError(f"{self.workspace} is mounted already (its upper layer holds the last episode)")
         scratch = self.folder / SCRATCH
 
-        def overlay() -> None:
-            lower = layer
-            if uid is not None:
-                lower = scratch / layer.name  # named as the layer: the overlay's lowerdir names the layer in use
-                lower.mkdir(exist_ok=True)
-                _idmapped_bind(layer, lower, uid)
-                os.chown(scratch / "upper", uid, uid)
-            os.chmod(scratch / "upper", os.stat(layer).st_mode & 0o7777)
-            options = f"lowerdir={lower},upperdir={scratch / 'upper'},workdir={scratch / 'work'}"
-            try:
-                _mount("overlay", str(self.inside), "overlay", options)
-            finally:
-                if lower != layer:
-                    _detach(str(lower))  # the overlay holds a private clone
-
-        _in_namespace(self._namespace, overlay)
+        _in_namespace(self._namespace, lambda: _overlay(layer, scratch, scratch, self.inside, uid))
         self.mounted = True
 
     def enter_argv(self) -> list[str]:

@@ -22,6 +22,7 @@ from harness_gym.external.proxy.wire import (
     finish_of,
     function_tool,
     new_id,
+    objects,
     policy_request,
     require,
     sse,
@@ -35,13 +36,7 @@ _STOP = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens"}
 def _blocks(content: Any) -> list[Mapping[str, Any]]:
     if isinstance(content, str):
         return [{"type": "text", "text": content}]
-    if content is None:
-        return []
-    require(isinstance(content, list), "content must be a list")
-    for block in content:  # read, never changed: the body's own list
-        if not isinstance(block, OBJECT):
-            raise DialectError("every content block must be an object")
-    return content
+    return objects(content, "content", "content block")
 
 
 def _tool_result_text(block: Mapping[str, Any]) -> str:

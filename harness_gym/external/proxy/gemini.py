@@ -22,6 +22,7 @@ from harness_gym.external.proxy.wire import (
     as_list,
     finish_of,
     function_tool,
+    objects,
     policy_request,
     require,
     sse,
@@ -52,14 +53,7 @@ def _json_schema(schema: Any) -> Any:
 
 def _parts(content: Any) -> list[Mapping[str, Any]]:
     require(isinstance(content, OBJECT), "every content must be an object")
-    parts = content.get("parts")
-    if parts is None:
-        return []
-    require(isinstance(parts, list), "parts must be a list")
-    for part in parts:  # read, never changed: the body's own list
-        if not isinstance(part, OBJECT):
-            raise DialectError("every part must be an object")
-    return parts
+    return objects(content.get("parts"), "parts", "part")
 
 
 def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:

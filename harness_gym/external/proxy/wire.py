@@ -110,6 +110,19 @@ def as_list(value: Any, what: str) -> list[Any]:
     return list(value)
 
 
+def objects(value: Any, what: str, each: str) -> list[Mapping[str, Any]]:
+    """``value`` itself (read, never copied or changed) once it is a list of objects; None is none.
+    ``what``/``each`` name the list and its items in the error (built only on failure)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise DialectError(f"{what} must be a list")
+    for item in value:
+        if not isinstance(item, OBJECT):
+            raise DialectError(f"every {each} must be an object")
+    return value
+
+
 def function_tool(name: Any, description: Any, parameters: Any) -> dict[str, Any]:
     if not isinstance(name, str) or not name:
         raise DialectError("every tool needs a name")
