@@ -49,6 +49,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "harness_gym.harness",
             "harness_gym.env",
             "harness_gym.registration",
+            "harness_gym.vector",  # ThreadVectorEnv over gym.make'd environments
             "harness_gym.records",
             "harness_gym.chat",
             "harness_gym.rollout_requests",
