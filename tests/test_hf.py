@@ -199,7 +199,10 @@ def test_the_cached_conversion_is_what_the_gguf_loads_as_and_a_damaged_one_is_re
     assert_same_weights()
 
 
-def test_hf_agent_runs_real_episodes_and_records_what_went_wrong(tmp_path):
+@pytest.mark.parametrize("task_count", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_hf_agent_runs_real_episodes_and_records_what_went_wrong(tmp_path, task_count):
+    """An in-space harness and a preset (other tool names) on one eval task; on two behind ``slow``
+    (CPU generation: ~15 s an episode on 2 busy cores)."""
     factory = functools.partial(make_agent, "hf", max_new_tokens=40)
     runner = BenchRunner(
         factory,
@@ -209,10 +212,12 @@ def test_hf_agent_runs_real_episodes_and_records_what_went_wrong(tmp_path):
         out_dir=tmp_path,
         env_options={"max_steps": 2},
         progress=False,
-        task_count=2,
+        task_count=task_count,
     )
     records = load_records(runner.run())
-    assert len(records) == 4 and all(r["error"] is None for r in records), [r.get("error") for r in records]
+    assert len(records) == 2 * task_count and all(r["error"] is None for r in records), [
+        r.get("error") for r in records
+    ]
     for record in records:
         assert record["tokens"]["prompt"] > 200 and record["tokens"]["completion"] > 0
         assert isinstance(record["parse_errors"], int) and record["steps"] >= 1

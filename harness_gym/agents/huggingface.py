@@ -32,7 +32,7 @@ from harness_gym.prompting import openai_messages, resolve_tool_mode, template_r
 from harness_gym.tool_formats import format_for_model, get_format
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-# what a converted folder holds and how: bump when _convert_gguf changes what it writes
+# what a converted folder holds and how: bump when converted_gguf changes what it writes
 CONVERSION_FORMAT = 1
 # the libraries that turn a GGUF into a transformers folder: a new version of any converts afresh
 CONVERTERS = ("transformers", "tokenizers", "gguf")
