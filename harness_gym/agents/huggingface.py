@@ -144,7 +144,7 @@ def load_model(model: str | None = None, gguf_file: str | None = None) -> tuple[
             folder = _loadable(model, gguf_file)
             tokenizer = _tokenizer(folder, model)
             network = auto_model.from_pretrained(folder, dtype=torch.float32)
-            network.config._name_or_path = model  # as loaded from the source
+            network.name_or_path = network.config._name_or_path = model  # as loaded from the source
             network.eval()
             if not _MODELS:
                 atexit.register(_stop_generation)
