@@ -4,10 +4,13 @@ never loaded. Real files, real hashes and real processes racing; no model needed
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -74,6 +77,33 @@ def test_manifest_problem_names_the_damaged_file(tmp_path):
     folder = build_verified(tmp_path / "entry", builder([]))
     flip_a_byte(folder)
     assert manifest_problem(folder) == "files that differ from the manifest: weights.bin"
+
+
+def test_the_folder_appears_only_whole(tmp_path):
+    """Built in a staging folder and renamed into place: a reader polling the name while the build
+    writes never sees a half-written file or a folder without its manifest."""
+    folder, seen, stop = tmp_path / "entry", [], threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError):  # not there yet
+                seen.append((len((folder / "weights.bin").read_bytes()), (folder / MANIFEST).exists()))
+            time.sleep(0.002)
+
+    def build(staging: Path) -> None:
+        (staging / "weights.bin").write_bytes(WEIGHTS[:100])
+        time.sleep(0.2)  # the half-written moment a reader must never meet
+        (staging / "weights.bin").write_bytes(WEIGHTS)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        build_verified(folder, build)
+        time.sleep(0.05)
+    finally:
+        stop.set()
+        watcher.join()
+    assert seen and set(seen) == {(len(WEIGHTS), True)}
 
 
 RACER = """
