@@ -154,6 +154,7 @@ def test_the_packaged_model_loads_from_its_verified_conversion_in_the_cache():
     tokenizer, model, _ = load_model()
     cached = converted_gguf(folder, gguf)
     assert cached.parent == cache_dir() / "models" and manifest_problem(cached) is None
+    assert tokenizer.init_kwargs["name_or_path"] == str(cached)  # read from the cache entry, not the GGUF
     assert tokenizer.name_or_path == folder == model.name_or_path  # the format lookup sees "smollm"
     assert load_tokenizer() is not tokenizer and load_tokenizer().get_vocab() == tokenizer.get_vocab()
 
