@@ -14,14 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import require_cli
+from conftest import cli_solution, require_cli, requires_bwrap
 from test_external_proxy import post, recording
 
 from harness_gym.external.catalog import ExternalCliError, load_cli, validate_cli
 from harness_gym.external.policies import PolicyReply, ScriptedPolicy
 from harness_gym.external.proxy import ModelProxy
 from harness_gym.external.proxy.masking import ToolOutputMasking
-from harness_gym.external.runner import canonical_transcript
+from harness_gym.external.runner import canonical_transcript, run_external_episode
+from harness_gym.tasks import load_tasks
 
 DRIVER = Path(__file__).parent / "data" / "external" / "gemini_masking.mjs"
 SPEC = load_cli("external:gemini-cli")
@@ -276,3 +277,25 @@ def test_a_cli_file_names_only_a_rule_the_proxy_implements() -> None:
         validate_cli({**data, "masked_results": {**data["masked_results"], "rule": "gemini-cli-0.62.0-masking"}})
     with pytest.raises(ExternalCliError, match="reads Gemini's wire"):
         validate_cli({**data, "wire_api": "chat"})
+
+
+@requires_bwrap
+@pytest.mark.slow
+def test_the_real_gemini_cli_masking_its_own_history_passes_untampered() -> None:
+    """The real CLI in its sandbox, the scripted policy: 12 commands of ~35,000 characters of output
+    each (~105,000 tokens by the CLI's estimate), then the task's reference solution. The CLI masks its
+    oldest results on the way; the rollout passes (reward 1.0), not flagged, the masks recorded, and
+    the transcript graders read has every result in full."""
+    require_cli("gemini-cli")
+    task = next(t for t in load_tasks("builtin") if t.id == "workspace-sort-unique")
+    big = [f"seq {100_000 + 5_000 * i} {104_999 + 5_000 * i}" for i in range(12)]
+    policy = cli_solution(task, "gemini-cli", first=big)
+    episode = run_external_episode("external:gemini-cli", task, policy, max_turns=30, wall_s=600)
+    record = episode.record
+    assert record["outcome"] == "passed" and record["reward"] == 1.0, record["error"]
+    masked = record["external"]["masked_results"]
+    assert masked and all(m["tool"] == "run_shell_command" for m in masked), masked
+    results = [m["content"] for m in episode.transcript if m["role"] == "tool"]
+    assert sum(len(r) for r in results) // 4 > 80_000
+    assert not any("<tool_output_masked>" in r for r in results)
+    assert any(r["masked_results"] for r in episode.proxy_records)
