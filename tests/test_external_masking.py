@@ -244,6 +244,20 @@ def test_a_forged_mask_is_tampering(proxy: ModelProxy, masked_history: list[dict
     assert tampered and "different results" in tampered and "not the CLI's own masking" in tampered, tampered
 
 
+def test_a_result_masked_again_differently_is_tampering(
+    proxy: ModelProxy, masked_history: list[dict[str, Any]]
+) -> None:
+    """The CLI masks a result once and resends that mask: another file name later is not the CLI's."""
+    channel = _rollout(proxy)
+    _honest(proxy, channel, TURNS + 1)
+    _send(proxy, channel, [*masked_history, _result(TURNS)])
+    assert channel.tampered is None, channel.tampered
+    again = copy.deepcopy([*masked_history, _result(TURNS)])
+    _replace(".txt\n</tool", "0.txt\n</tool")(again)  # still of the CLI's shape: the random part is free
+    _send(proxy, channel, again)
+    assert channel.tampered and "masked again" in channel.tampered, channel.tampered
+
+
 def test_a_mask_of_a_result_never_recorded_in_full_is_tampering(
     proxy: ModelProxy, masked_history: list[dict[str, Any]]
 ) -> None:

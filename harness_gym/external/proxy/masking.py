@@ -287,6 +287,8 @@ class ToolOutputMasking:
         newly: set[int],
     ) -> str | None:
         original = originals.get(change.call_id)
+        if change.call_id in masked:
+            return "a result masked before is masked again, differently (the CLI masks a result once)"
         if change.ordinal >= protected_from:
             return "one of the newest results is rewritten (the CLI never masks its latest turn)"
         if original is None or original.preview is None:
