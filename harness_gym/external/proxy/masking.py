@@ -25,7 +25,9 @@ from harness_gym.external.proxy import gemini
 RULES = ("gemini-cli-0.61.0-tool-output-masking",)
 
 # JavaScript's String.prototype.trim: WhiteSpace and LineTerminator (not Python's str.strip set)
-_JS_SPACE = "\t\n\v\f\r \u00a0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000\ufeff"
+_JS_SPACE = (
+    "\t\n\v\f\r \u00a0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
 # formatShellPreview's /^(...): /m: JavaScript's ^ in multiline mode follows \n, \r, U+2028 and U+2029
 _SECTION = re.compile(
     r"(?:\A|(?<=[\n\r\u2028\u2029]))(Output|Error|Exit Code|Signal|Background PIDs|Process Group PGID): "
@@ -322,10 +324,17 @@ class ToolOutputMasking:
     @staticmethod
     def _path(path: str, part: Mapping[str, Any]) -> bool:
         """The service's file: ``<HOME>/.gemini/tmp/<project>/tool-outputs/session-<id>/<tool>_<call>_<random>.txt``
-        (tool and call id sanitized and lower-cased, the random part base-36)."""
+        (tool and call id sanitized and lower-cased, the random part base-36). The call id is the CLI's
+        own, ``<name>__<id>``: it strips the ``<name>__`` prefix from the ids it sends
+        (``stripToolCallIdPrefixes``), so the wire's id is accepted with it or, unprefixed, without."""
         name, call = part.get("name"), part.get("id")
         tool = _SAFE.sub("_", name if isinstance(name, str) and name else "unknown_tool").lower()
-        call_part = re.escape(_SAFE.sub("_", call).lower()) if isinstance(call, str) and call else "[0-9]+"
+        if isinstance(call, str) and call:
+            prefix = (_js_trim(name) if isinstance(name, str) else "") or "generic_tool"
+            ids = [_SAFE.sub("_", f"{prefix}__{call}").lower(), _SAFE.sub("_", call).lower()]
+            call_part = "(?:" + "|".join(re.escape(i) for i in ids) + ")"
+        else:
+            call_part = "[0-9]+"  # Date.now()
         shape = (
             r"(?:/[A-Za-z0-9._-]+)*/\.gemini/tmp/[A-Za-z0-9._-]+/tool-outputs/(?:session-[A-Za-z0-9_-]+/)?"
             + re.escape(tool)

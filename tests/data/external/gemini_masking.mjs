@@ -1,7 +1,9 @@
 // Runs Gemini CLI's own ToolOutputMaskingService.mask, cut verbatim from the installed bundle, on a
-// history read from stdin ({"history": [...], "tempDir": "...", "sessionId": "..."}), and prints the
-// masked history: the tests check the proxy's rule (harness_gym/external/proxy/masking.py) against
-// the CLI's code itself, not against a copy of it. Usage: node gemini_masking.mjs BUNDLE_DIR
+// history read from stdin ({"history": [...], "tempDir": "...", "sessionId": "..."}, as the wire
+// carries it), and prints the masked history as the CLI would send it: its ids get the CLI's own
+// "<name>__" prefix first (as its stream handler gives every call) and lose it after, by the bundle's
+// stripToolCallIdPrefixes. The tests check the proxy's rule (harness_gym/external/proxy/masking.py)
+// against the CLI's code itself, not against a copy of it. Usage: node gemini_masking.mjs BUNDLE_DIR
 import fs from "node:fs";
 import path from "node:path";
 
@@ -25,6 +27,7 @@ const source = [
   cut("function sanitizeFilenamePart(", "function formatTruncatedToolOutput"),
   cut("var DEFAULT_TOOL_PROTECTION_THRESHOLD =", "var ToolOutputMaskingService = class"),
   cut("var ToolOutputMaskingService = class", "\n};\n") + "\n};\n",
+  cut("function stripToolCallIdPrefixes(", "function coalesceConsecutiveRoles("),
 ].join("\n");
 const names = {
   ACTIVATE_SKILL_TOOL_NAME: "activate_skill",
@@ -37,11 +40,22 @@ const modules = source.match(/\b(path\d+|fsPromises\d+)\b/g) ?? [];
 const stubs = { debugLogger: { debug() {} }, logToolOutputMasking() {}, ToolOutputMaskingEvent: class {} };
 const scope = { ...names, ...stubs };
 for (const name of modules) scope[name] = name.startsWith("path") ? path : fs.promises;
-const [Service, defaults] = new Function(
+const [Service, strip, defaults] = new Function(
   ...Object.keys(scope),
-  `${source}\nreturn [ToolOutputMaskingService, { protectionThresholdTokens: DEFAULT_TOOL_PROTECTION_THRESHOLD,
+  `${source}\nreturn [ToolOutputMaskingService, stripToolCallIdPrefixes, { protectionThresholdTokens: DEFAULT_TOOL_PROTECTION_THRESHOLD,
     minPrunableThresholdTokens: DEFAULT_MIN_PRUNABLE_TOKENS_THRESHOLD, protectLatestTurn: DEFAULT_PROTECT_LATEST_TURN }];`,
 )(...Object.values(scope));
+
+function prefixed(contents) {
+  for (const content of contents) {
+    for (const part of content.parts ?? []) {
+      const call = part.functionCall ?? part.functionResponse;
+      const name = call?.name?.trim() || "generic_tool";
+      if (call?.id && !call.id.startsWith(`${name}__`)) call.id = `${name}__${call.id}`;
+    }
+  }
+  return contents;
+}
 
 const input = JSON.parse(fs.readFileSync(0, "utf8"));
 const config = {
@@ -51,5 +65,5 @@ const config = {
   storage: { getProjectTempDir: () => input.tempDir },
   getSessionId: () => input.sessionId,
 };
-const result = await new Service().mask(input.history, config);
-process.stdout.write(JSON.stringify({ history: result.newHistory, masked: result.maskedCount }));
+const result = await new Service().mask(prefixed(input.history), config);
+process.stdout.write(JSON.stringify({ history: strip(result.newHistory), masked: result.maskedCount }));
