@@ -292,8 +292,10 @@ class RolloutChannel:
         )
         if masking is None or responses is None:
             return conflict
-        last_model = max((i for i, m in enumerate(request.messages) if m.get("role") == "assistant"), default=-1)
-        protected_from = sum(1 for m in request.messages[: last_model + 1] if m.get("role") == "tool")
+        # the newest results (after the last model turn) are never masked: the CLI protects its latest turn
+        roles = [m.get("role") if isinstance(m, dict) else None for m in request.messages]
+        last_model = max((i for i, role in enumerate(roles) if role == "assistant"), default=-1)
+        protected_from = roles[: last_model + 1].count("tool")
         why, accepted = masking.check(
             changes, calls, responses, protected_from, self.originals, self.masked, self.agent_turns
         )
