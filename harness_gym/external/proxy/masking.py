@@ -28,10 +28,10 @@ RULES = ("gemini-cli-0.61.0-tool-output-masking",)
 _JS_SPACE = (
     "\t\n\v\f\r \u00a0\u1680" + "".join(map(chr, range(0x2000, 0x200B))) + "\u2028\u2029\u202f\u205f\u3000\ufeff"
 )
-# formatShellPreview's /^(...): /m: JavaScript's ^ in multiline mode follows \n, \r, U+2028 and U+2029
-_SECTION = re.compile(
-    r"(?:\A|(?<=[\n\r\u2028\u2029]))(Output|Error|Exit Code|Signal|Background PIDs|Process Group PGID): "
-)
+# formatShellPreview's /^(Output|...): /m: JavaScript's ^ in multiline mode follows \n, \r, U+2028 and
+# U+2029 (a scan for the line break first: a lookbehind tried at every position costs 4x as much)
+_NAMES = ("Output", "Error", "Exit Code", "Signal", "Background PIDs", "Process Group PGID")
+_SECTION = re.compile("[\n\r\u2028\u2029](" + "|".join(_NAMES) + "): ")
 _INDEX_KEY = re.compile(r"0|[1-9][0-9]{0,9}")  # an integer-like key: JavaScript orders those first
 _SAFE = re.compile(r"[^a-zA-Z0-9_-]")  # sanitizeFilenamePart
 
@@ -42,6 +42,8 @@ def _digest(text: str) -> str:
 
 def _units(text: str) -> int:
     """``text.length`` in JavaScript: UTF-16 code units."""
+    if text.isascii():
+        return len(text)
     return len(text.encode("utf-16-le", "surrogatepass")) // 2
 
 
@@ -66,13 +68,27 @@ def _plain(value: Any) -> bool:
     return value is None or isinstance(value, str | int)  # bool is an int
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _js_json(value: Any, pretty: bool) -> str:
     """``JSON.stringify(value)`` or ``JSON.stringify(value, null, 2)`` for a :func:`_plain` value."""
     if pretty:
         text = json.dumps(value, ensure_ascii=False, indent=2)
     else:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return re.sub("[\ud800-\udfff]", lambda m: f"\\u{ord(m.group()):04x}", text)
+    if text.isascii() or not _SURROGATE.search(text):
+        return text
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def _compact_units(value: Any, pretty: str | None = None) -> int:
+    """``JSON.stringify(value).length``; from ``pretty`` (the value's pretty JSON) where the value is
+    an object of scalars, the CLI's usual response: only its layout differs, 4 units an entry and 1."""
+    flat = isinstance(value, dict) and value and not any(isinstance(v, (*OBJECT, list)) for v in value.values())
+    if pretty is not None and flat:
+        return _units(pretty) - 4 * len(value) - 1
+    return _units(_js_json(value, False))
 
 
 def _js_truthy(value: Any) -> bool:
@@ -96,12 +112,23 @@ def _simple_preview(content: str) -> str:
     return "\n".join(lines[:10]) + f"\n\n... [{len(lines) - 20} lines omitted] ...\n\n" + "\n".join(lines[-10:])
 
 
+def _sections(content: str) -> list[str]:
+    """``content.split(/^(Output|...): /m)`` as JavaScript splits it: text, name, text, name, ..., text."""
+    cuts = [(0, name) for name in _NAMES if content.startswith(name + ": ")]
+    cuts += [(m.start() + 1, m.group(1)) for m in _SECTION.finditer(content)]
+    parts, end = [], 0
+    for start, name in cuts:
+        parts += [content[end:start], name]
+        end = start + len(name) + 2
+    return [*parts, content[end:]]
+
+
 def _shell_preview(response: Mapping[str, Any]) -> str | None:
     """``formatShellPreview``: each section of the shell tool's output, its Output cut to 20 lines."""
     content = next((response[k] for k in ("output", "stdout") if _js_truthy(response.get(k))), "")
     if not isinstance(content, str):
         return _js_json(content, False) if isinstance(content, (*OBJECT, list)) else _js_string(content)
-    parts = _SECTION.split(content)
+    parts = _sections(content)
     if len(parts) < 3:
         return _simple_preview(content)
     previews = [_simple_preview(_js_trim(parts[0]))] if _js_trim(parts[0]) else []
@@ -228,10 +255,10 @@ class ToolOutputMasking:
         name = response.get("name")
         name = name if isinstance(name, str) and name else "unknown_tool"
         value = response.get("response")
-        tokens = self._tokens(response)
-        if tokens is None or not _js_truthy(value) or not _plain(value) or "parts" in response:
-            return Original(name, tokens or 0, False, None)  # not scanned, or not reproduced: never masked
+        if not _js_truthy(value) or not _plain(value) or "parts" in response:
+            return Original(name, self._tokens(response) or 0, False, None)  # not scanned, or not reproduced
         content = _js_json(value, True)  # getToolOutputContent
+        tokens = self._tokens(response, content) or 0
         if name in self.exempt_tools or "<tool_output_masked" in content:
             return Original(name, tokens, False, None)
         if name == self.shell_tool:
@@ -243,16 +270,17 @@ class ToolOutputMasking:
         return Original(name, tokens, True, _digest(preview) if preview is not None else None)
 
     @staticmethod
-    def _tokens(response: Mapping[str, Any]) -> int | None:
+    def _tokens(response: Mapping[str, Any], pretty: str | None = None) -> int | None:
         """``estimateTokenCountSync([part])`` of a functionResponse part: its name's and its response
-        JSON's length over 4, floored (None where the JSON is not reproduced)."""
+        JSON's length over 4, floored (None where the JSON is not reproduced). ``pretty``: the
+        response's pretty JSON where the caller has it."""
         name, value = response.get("name"), response.get("response")
         units = _units(name) if isinstance(name, str) else 0
         if isinstance(value, str):
             return (units + _units(value)) // 4
         if value is None:
             return units // 4
-        return (units + _units(_js_json(value, False))) // 4 if _plain(value) else None
+        return (units + _compact_units(value, pretty)) // 4 if _plain(value) else None
 
     def check(
         self,
