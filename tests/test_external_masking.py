@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -291,6 +292,8 @@ def test_a_cli_file_names_only_a_rule_the_proxy_implements() -> None:
         validate_cli({**data, "masked_results": {**data["masked_results"], "rule": "gemini-cli-0.62.0-masking"}})
     with pytest.raises(ExternalCliError, match="reads Gemini's wire"):
         validate_cli({**data, "wire_api": "chat"})
+    with pytest.raises(ExternalCliError, match=re.escape("0.61.0's bundle, not in @google/gemini-cli 0.62.0's")):
+        validate_cli({**data, "package": {**data["package"], "version": "0.62.0"}})  # a pin bumped alone
 
 
 @requires_bwrap

@@ -21,7 +21,7 @@ import jsonschema
 import yaml
 
 from harness_gym.errors import HarnessSpecError
-from harness_gym.external.proxy.masking import ToolOutputMasking
+from harness_gym.external.proxy.masking import RULES, ToolOutputMasking
 from harness_gym.spec import non_finite_numbers, spec_hash
 
 PREFIX = "external:"
@@ -175,7 +175,7 @@ def validate_cli(data: Any, source: str = "<cli>") -> ExternalCli:
 
 
 def _masking_problems(data: Mapping[str, Any]) -> list[str]:
-    """A ``masked_results`` rule the proxy does not implement, or on another wire than the rule's."""
+    """A ``masked_results`` rule the proxy does not implement, on another wire or for another pin than the rule's."""
     masking = data.get("masked_results")
     if not masking:
         return []
@@ -185,6 +185,12 @@ def _masking_problems(data: Mapping[str, Any]) -> list[str]:
         return [f"  at $.masked_results.rule: {exc}"]
     if data["wire_api"] != "gemini":
         return [f"  at $.masked_results: the rule {masking['rule']!r} reads Gemini's wire, not {data['wire_api']!r}"]
+    package, version = RULES[masking["rule"]]
+    if (data["package"]["name"], data["package"]["version"]) != (package, version):
+        return [
+            f"  at $.masked_results.rule: {masking['rule']!r} was read in {package} {version}'s bundle, not in "
+            f"{data['package']['name']} {data['package']['version']}'s: read the new bundle's masking and name its rule"
+        ]
     return []
 
 

@@ -20,9 +20,10 @@ from typing import Any
 from harness_gym.external.policies import OBJECT
 from harness_gym.external.proxy import gemini
 
-# the rules the proxy implements, by the name a CLI file gives (versioned with the CLI's pin: another
-# version's service may cut its preview differently, and then needs its own rule, checked against its bundle)
-RULES = ("gemini-cli-0.61.0-tool-output-masking",)
+# the rules the proxy implements, by the name a CLI file gives, and the package and version whose bundle
+# each was read in: a CLI file pinning another version is refused (its service may cut its preview
+# differently, and then needs its own rule, checked against its bundle: tests/test_external_masking.py)
+RULES: dict[str, tuple[str, str]] = {"gemini-cli-0.61.0-tool-output-masking": ("@google/gemini-cli", "0.61.0")}
 
 # JavaScript's String.prototype.trim: WhiteSpace and LineTerminator (not Python's str.strip set)
 _JS_SPACE = (
