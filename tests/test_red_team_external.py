@@ -620,6 +620,22 @@ def test_two_requests_giving_a_call_different_results_are_flagged(proxy: ModelPr
     assert [m["content"] for m in transcript if m["role"] == "tool"] == ["FORGED-RESULT" if forger_first else "a.txt"]
 
 
+def test_a_result_differing_only_in_a_lone_surrogate_is_flagged(proxy: ModelProxy) -> None:
+    """JSON carries lone surrogates (``\\udc00``); a result's digest encoded them as ``?`` (UTF-8,
+    errors replaced), so a later request giving ``?`` where the first gave a surrogate (or the other
+    way) passed as the same result: the policy read one text and the transcript kept the other."""
+    policy = ScriptedPolicy.shell(["ls"], tool="Bash", argument="command", final="done")
+    channel = proxy.open_rollout(policy)
+    call = _assistant(("call_0", "Bash", json.dumps({"command": "ls"})))
+    assert _chat_turn(proxy, channel.secret, []) == 200
+    for text in ("a.txt\udc00", "a.txt?"):
+        assert (
+            _chat_turn(proxy, channel.secret, [call, {"role": "tool", "tool_call_id": "call_0", "content": text}])
+            == 200
+        )
+    assert channel.tampered and "different results" in channel.tampered
+
+
 def test_the_same_result_resent_every_turn_is_not_flagged(proxy: ModelProxy) -> None:
     """The control: an honest CLI resends each call's result with every later turn."""
     policy = ScriptedPolicy.shell(["ls", "pwd"], tool="Bash", argument="command", final="done")

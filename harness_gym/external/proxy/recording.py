@@ -275,7 +275,7 @@ class RolloutChannel:
             if call_id is None:
                 continue
             text = text_of(message.get("content"))  # text: no part of a parsed tree kept
-            digest = hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()
+            digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
             new = call_id not in self.result_digests
             first = self.result_digests.setdefault(call_id, digest)
             if new and masking is not None and record is not None:
