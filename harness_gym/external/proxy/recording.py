@@ -265,17 +265,26 @@ class RolloutChannel:
     ) -> str | None:
         """The check of an agent turn's tool results (under ``lock``): the reason it fails, or None."""
         tools = [m for m in request.messages if isinstance(m, dict) and m.get("role") == "tool"]
-        calls = result_entries(request.messages, self._calls, matched)
+        every = result_calls(request.messages, self._calls, matched)
+        calls = _firsts(every)  # a call's later results in this history must repeat its first one
         masking = self.masking
         responses = masking.responses(body) if masking is not None else None
         if responses is not None and len(responses) != len(tools):
             responses = None  # not the shape the rule reads: a rewritten result stays a conflict
         changes: list[Change] = []
-        for ordinal, (call_id, message) in enumerate(zip(calls, tools, strict=True)):
+        given: dict[str, str] = {}  # call -> digest of its first result in this history
+        for ordinal, (call_id, message) in enumerate(zip(every, tools, strict=True)):
             if call_id is None:
                 continue
             text = text_of(message.get("content"))  # text: no part of a parsed tree kept
             digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+            if given.setdefault(call_id, digest) != digest:
+                return (
+                    f"one agent request gives tool call {call_id!r} two different results: the policy reads "
+                    "both, the transcript keeps the first (an agent's request with a forged result)"
+                )
+            if calls[ordinal] is None:
+                continue  # the same result again
             new = call_id not in self.result_digests
             first = self.result_digests.setdefault(call_id, digest)
             if new and masking is not None and record is not None:
@@ -476,16 +485,16 @@ def forged_calls(messages: Any, replies: list[PolicyReply], renamed: tuple[str, 
     return match_calls(messages, replies, renamed)[1]
 
 
-def result_entries(messages: Any, index: CallIndex, matched: dict[str, str] | None = None) -> list[str | None]:
+def result_calls(messages: Any, index: CallIndex, matched: dict[str, str] | None = None) -> list[str | None]:
     """The reply call id each tool result of a history answers, in order (None: no reply made the
-    call, or an earlier result of the history answered it already), matched by call id (Gemini's wire
-    has no ids: by function name, in order). ``matched``: ``index.match(messages)``'s ids where the
+    call; a call answered twice appears twice), matched by call id (Gemini's wire has no ids: by
+    function name, in order, each call once). ``matched``: ``index.match(messages)``'s ids where the
     caller has them (one match a request)."""
     if matched is None:
         matched = index.match(messages)[0]
     made: dict[str, dict[str, Any]] | None = None  # id -> call, made only for Gemini's results
     answered: set[str] = set()
-    entries: list[str | None] = []
+    calls: list[str | None] = []
     for message in messages or []:
         if not isinstance(message, dict) or message.get("role") != "tool":
             continue
@@ -494,9 +503,24 @@ def result_entries(messages: Any, index: CallIndex, matched: dict[str, str] | No
         if call_id is None:  # Gemini: a result names its function, not a call id
             made = made if made is not None else {str(c["id"]): c for c in index.made}
             call_id = next((i for i, c in made.items() if c["name"] == said and i not in answered), None)
-        entries.append(call_id if call_id not in answered else None)
+        calls.append(call_id)
         if call_id is not None:
             answered.add(call_id)
+    return calls
+
+
+def result_entries(messages: Any, index: CallIndex, matched: dict[str, str] | None = None) -> list[str | None]:
+    """:func:`result_calls` with a call's later results in the history None (its first one answers it)."""
+    return _firsts(result_calls(messages, index, matched))
+
+
+def _firsts(calls: Sequence[str | None]) -> list[str | None]:
+    seen: set[str] = set()
+    entries: list[str | None] = []
+    for call_id in calls:
+        entries.append(call_id if call_id not in seen else None)
+        if call_id is not None:
+            seen.add(call_id)
     return entries
 
 
