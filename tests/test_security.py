@@ -195,16 +195,24 @@ def test_nothing_of_the_episode_runs_after_its_reset(env, agent):
     marker = f"hgreset{uuid.uuid4().hex[:8]}"
     bash(env, _HOSTILE_AGENTS[agent].format(m=marker) + "; sleep 0.3")
     folder = os.open(env.workspace, os.O_RDONLY | os.O_DIRECTORY)  # keeps the old workspace readable
+    finished = env.sandbox
+    at_return: list[list[int]] = []
+
+    def stop_agent() -> None:  # the moment the guarantee must hold: a kill's teardown runs on after it
+        type(finished).stop_agent(finished)
+        at_return.append(_running_in(finished))
+
+    finished.stop_agent = stop_agent
     try:
         written = _size(folder, "tick")
         time.sleep(0.05)
         assert _size(folder, "tick") > written > 0, "the hostile agent is not running: the test shows nothing"
-        assert _running(marker)
+        assert _running(marker) and _running_in(finished)
         env.reset(seed=2, options={"task_id": "workspace-config-update"})
-        running = _running(marker)  # at once: a version that returns first still finds them running
+        running = _running(marker)
         written = _size(folder, "tick")
         time.sleep(0.3)
-        assert running == [] and _size(folder, "tick") == written
+        assert at_return == [[]] and running == [] and _size(folder, "tick") == written
     finally:
         os.close(folder)
     still_works(env)
@@ -232,6 +240,17 @@ def _running(marker: str) -> list[int]:
     taking SIGKILL and marking itself exiting reads as neither)."""
     found = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
     return [int(pid) for pid in found if _runs_user_code(int(pid)) and _runs_user_code(int(pid))]
+
+
+def _running_in(sandbox) -> list[int]:
+    """The processes of ``sandbox``'s cgroups (every process it started: none can leave them) that
+    could still run user code; read at once, with no process started."""
+    pids = set()
+    for group in sandbox._cgroups:
+        with contextlib.suppress(OSError):
+            pids |= {int(p) for p in (group / "cgroup.procs").read_text().split()}
+    pids.discard(sandbox._proc.pid)  # the host-side bwrap, which reaps the rest
+    return sorted(pid for pid in pids if _runs_user_code(pid) and _runs_user_code(pid))
 
 
 def _runs_user_code(pid: int) -> bool:
