@@ -34,7 +34,6 @@ from harness_gym.hooks import CallRecord, EpisodeState, HookRunner
 from harness_gym.sandboxes import spare
 from harness_gym.sandboxes.base import Sandbox, SandboxBackend, SandboxFactory, choose_backend, create_sandbox
 from harness_gym.sandboxes.options import SandboxOptions
-from harness_gym.sandboxes.shell import ShellSandbox
 from harness_gym.space import BASE_CONFIG, HarnessConfig
 from harness_gym.spaces import AssistantActionSpace, chat_observation_space
 from harness_gym.spec import spec_hash
@@ -567,10 +566,7 @@ class HarnessEnv(gym.Env[dict[str, Any], Any]):
     def _new_sandbox(self, task: Task) -> Sandbox:
         key, backend, system_root = self._sandbox_plan(task)
         options = dataclasses.replace(self._sandbox_options, image=None, system_root=system_root)
-        sandbox = create_sandbox(backend, key[1], **options.explicit())
-        if isinstance(sandbox, ShellSandbox) and not self._uses_tool_server():
-            sandbox.serves_tools = False  # a fork and exec less per start, for a server never called
-        return sandbox
+        return create_sandbox(backend, key[1], **options.explicit())
 
     def _sandbox_plan(self, task: Task) -> tuple[tuple[str, str | None, str | None], str | SandboxFactory, str | None]:
         """The sandbox key (backend, image, world) of a task, its backend and its system root."""

@@ -67,32 +67,6 @@ def test_reset_takes_the_warm_spare_for_the_same_task_with_a_fresh_workspace(tmp
     assert not _running(following) and following.workspace is None and env._spare.holds() is None
 
 
-def test_a_harness_of_shell_commands_alone_starts_no_tool_server(tmp_path):
-    """S0T0O0C0W0 never calls the tool server, so its shells (the spare's too) fork no launcher for
-    one; a tool call made anyway still runs, through the shell. A harness with tools keeps it."""
-    task = _task(tmp_path, "alpha")
-    env = HarnessEnv("S0T0O0C0W0", tasks=[task], max_steps=50)
-    try:
-        env.reset(seed=0)
-        env.reset(seed=0)
-        spare_box = _wait_for_spare(env)
-        for box in (env.sandbox, spare_box):
-            assert box.serves_tools is False and box._channels.requests is None
-            assert box.run("set -- /proc/[0-9]*; echo $#").output == "2\n"  # bwrap's init and the shell alone
-        viewed = env.sandbox.run_tool(
-            "file_editor.py", {"command": "view", "path": "/workspace/a.txt", "root": "/workspace"}
-        )
-        assert "alpha" in viewed.output
-    finally:
-        env.close()
-    env = HarnessEnv("S0T1O0C0W0", tasks=[task], max_steps=50)
-    try:
-        env.reset(seed=0)
-        assert env.sandbox.serves_tools is True and env.sandbox._channels.requests is not None
-    finally:
-        env.close()
-
-
 def test_a_spare_for_another_task_is_closed_and_not_used(tmp_path):
     one, two = _task(tmp_path, "one"), _task(tmp_path, "two")
     env = HarnessEnv("S0T0O0C0W0", tasks=[one, two], max_steps=50)

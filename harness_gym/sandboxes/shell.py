@@ -199,10 +199,6 @@ class ShellSandbox(SandboxBackend):
         self._random_forks = _forks  # the fork generation the pool was drawn in
         self._sent_write: _SentWrite | None = None  # a write sent by write_file_soon, its reply not read yet
         self._carried_note = ""  # a restart the deferred write's failure caused: told with the next result
-        # False: no tool server for this sandbox's shells (a harness of shell commands alone, which
-        # never calls one: each start then forks and execs no launcher for it); tool calls still work,
-        # each through the shell
-        self.serves_tools = True
 
     # ------------------------------------------------------------------ to implement
 
@@ -274,10 +270,6 @@ class ShellSandbox(SandboxBackend):
         (then each tool call runs its script through the shell)."""
         return None
 
-    def _tool_python(self) -> str | None:
-        """The tool server's Python, unless :attr:`serves_tools` is off."""
-        return self._server_python() if self.serves_tools else None
-
     def _spawn_server(self, server_python: str) -> subprocess.Popen[bytes] | None:
         """Start the tool server as a process of its own, stdin and stdout pipes (a launcher that
         passes only the standard descriptors: Docker's exec); None: the shell's launcher starts it."""
@@ -327,7 +319,7 @@ class ShellSandbox(SandboxBackend):
 
     def run_tool(self, script: str, payload: Mapping[str, Any], timeout_s: float | None = None) -> CommandResult:
         """Run the harness tool script ``script`` (in TOOLS_DIR) with a JSON payload."""
-        if self._tool_python() is not None:
+        if self._server_python() is not None:
             return self._request({"kind": "script", "script": script, "payload": dict(payload)}, timeout_s)
         command = f"command {shlex.quote(self.python)} -I -S {self.tools_dir}/{script} /dev/stdin"
         return self.run(_with_here_document(command, json.dumps(payload)), timeout_s)
@@ -336,14 +328,14 @@ class ShellSandbox(SandboxBackend):
         """Run a spec's inline Python tool ``source`` inside the sandbox; ``sys.argv[1]`` names a file
         holding the JSON payload. In the tool server it runs in a forked child (its state and output
         cannot touch the server), without starting an interpreter."""
-        if self._tool_python() is not None:
+        if self._server_python() is not None:
             return self._request({"kind": "inline", "source": source, "payload": dict(payload)}, timeout_s)
         command = f"command {shlex.quote(self.python)} -I -c {shlex.quote(source)} /dev/stdin"
         return self.run(_with_here_document(command, json.dumps(payload)), timeout_s)
 
     def write_file(self, path: str, content: str) -> CommandResult:
         """Write a file from inside the sandbox (so a symlink planted by the agent cannot escape)."""
-        if self._tool_python() is not None:
+        if self._server_python() is not None:
             return self._request({"kind": "write", "path": path, "content": content}, None)
         return self.run(self._write_command(path, content))
 
@@ -356,7 +348,7 @@ class ShellSandbox(SandboxBackend):
         its own (Docker) or not started with the shell, or a write is still unanswered, it waits."""
         channels = self._channels
         if (
-            self._tool_python() is None
+            self._server_python() is None
             or channels is None
             or channels.requests is None
             or channels.server is not None
@@ -462,7 +454,7 @@ class ShellSandbox(SandboxBackend):
         host_end.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         channels.status = host_end
         channels.child_fds.append(child_end.detach())
-        if self._tool_python() is not None:
+        if self._server_python() is not None:
             request_read, request_write = os.pipe()
             reply_read, reply_write = os.pipe()
             channels.requests, channels.replies = request_write, reply_read
@@ -489,7 +481,7 @@ class ShellSandbox(SandboxBackend):
             f"exec {command_fd}<&- 0</dev/null 2>&1 1>&{status_fd} {status_fd}>&-",
             self._shell_setup().rstrip("\n"),
         ]
-        server = self._tool_python()
+        server = self._server_python()
         if server is not None:
             request_fd, reply_fd = passed[2], passed[3]
             shell = self._shell_program()
@@ -741,7 +733,7 @@ class ShellSandbox(SandboxBackend):
             raise SandboxError("sandbox is not started; call start() first (the environment does this at reset)")
         channels = self._channels
         if channels.requests is None:  # no pipes to a shell-started server: one of its own
-            server_python = self._tool_python()
+            server_python = self._server_python()
             server = self._spawn_server(server_python) if server_python is not None else None
             if server is None or server.stdin is None or server.stdout is None:
                 raise SandboxError(f"{type(self).__name__} cannot start its tool server")
