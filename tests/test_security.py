@@ -187,6 +187,13 @@ _HOSTILE_AGENTS = {
     "'child = os.fork()' 'os.kill(os.getpid(), signal.SIGSTOP) if child == 0 else None' "
     "'def write():' '    with open(\"tick\", \"a\") as f:' '        while True: f.write(\"z\"); f.flush()' "
     "'threading.Thread(target=write).start()' 'write()' > hold.py; (exec -a {m} python3 hold.py &)",
+    # (red team) a loop of vfork children (glibc's posix_spawn: CLONE_VM | CLONE_VFORK), each writing once
+    "vfork-loop": "cat > v.py <<'EOF'\nimport os\nwhile True:\n    os.waitpid(os.posix_spawn('/bin/sh', "
+    "['sh', '-c', 'echo v >> tick'], os.environ), 0)\nEOF\n(exec -a {m} python3 v.py &)",
+    # (red team) a thread group whose leader has exited (SYS_exit): a zombie leader, a thread writing
+    "zombie-leader": "cat > zl.py <<'EOF'\nimport ctypes, threading\ndef write():\n    f = open('tick', 'a')\n"
+    "    while True:\n        f.write('w'); f.flush()\nthreading.Thread(target=write).start()\n"
+    "ctypes.CDLL(None).syscall(60, 0)\nEOF\n(exec -a {m} python3 zl.py &)",
 }
 
 
@@ -207,7 +214,8 @@ def test_nothing_of_the_episode_runs_after_its_reset(env, agent):
         written = _size(folder, "tick")
         time.sleep(0.05)
         assert _size(folder, "tick") > written > 0, "the hostile agent is not running: the test shows nothing"
-        assert _running(marker) and _running_in(finished)
+        # a zombie leader's command line reads empty (pgrep finds none): its live thread is in the cgroup
+        assert (_running(marker) or agent == "zombie-leader") and _running_in(finished)
         env.reset(seed=2, options={"task_id": "workspace-config-update"})
         running = _running(marker)
         written = _size(folder, "tick")
