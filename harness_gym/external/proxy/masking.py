@@ -35,6 +35,11 @@ _NAMES = ("Output", "Error", "Exit Code", "Signal", "Background PIDs", "Process 
 _SECTION = re.compile("[\n\r\u2028\u2029](" + "|".join(_NAMES) + "): ")
 _INDEX_KEY = re.compile(r"0|[1-9][0-9]{0,9}")  # an integer-like key: JavaScript orders those first
 _SAFE = re.compile(r"[^a-zA-Z0-9_-]")  # sanitizeFilenamePart
+# the service's file, its name (``<tool>_<call>_<random>``) compared by :meth:`ToolOutputMasking._path`
+_FILE = re.compile(
+    r"(?:/[A-Za-z0-9._-]+)*/\.gemini/tmp/[A-Za-z0-9._-]+/tool-outputs/(?:session-[A-Za-z0-9_-]+/)?([A-Za-z0-9_-]+)\.txt"
+)
+_RANDOM = re.compile(r"[0-9a-z]*")  # Math.random().toString(36).substring(7)
 
 
 def _digest(text: str) -> str:
@@ -197,13 +202,15 @@ class ToolOutputMasking:
     """Gemini CLI 0.61.0's ``ToolOutputMaskingService.mask``, as its CLI file describes it: the masked
     text is ``head + preview + middle + path + tail``; the preview is the shell tool's sections
     (``formatShellPreview``) or the first and last 250 characters of the response's JSON; a part is
-    masked only once the newer tool output the service counts passes ``protection_threshold_tokens``."""
+    masked only once the newer tool output the service counts passes ``protection_threshold_tokens``,
+    and only in a pass where what it may mask adds up to ``min_prunable_tokens``."""
 
     rule: str
     head: str
     middle: str
     tail: str
     protection_threshold_tokens: int
+    min_prunable_tokens: int
     shell_tool: str
     exempt_tools: frozenset[str]
 
@@ -221,6 +228,7 @@ class ToolOutputMasking:
             middle=str(data["middle"]),
             tail=str(data["tail"]),
             protection_threshold_tokens=int(data["protection_threshold_tokens"]),
+            min_prunable_tokens=int(data["min_prunable_tokens"]),
             shell_tool=str(data["shell_tool"]),
             exempt_tools=frozenset(data.get("exempt_tools") or ()),
         )
@@ -288,17 +296,29 @@ class ToolOutputMasking:
         changes: Sequence[Change],
         calls: Sequence[str | None],  # the reply call id of each tool result of the request, by ordinal
         responses: Sequence[Mapping[str, Any]],  # and its functionResponse object
-        protected_from: int,  # the first ordinal of the newest results (after the last model turn)
+        protected_from: int,  # the first ordinal of the newest results (the latest turn's)
         originals: Mapping[str, Original],
         masked: Mapping[str, Masked],
         turn: int,
     ) -> tuple[str | None, list[Masked]]:
         """(why a change is not the CLI's masking, or None; the masks accepted)."""
         newly = {c.ordinal for c in changes}
+        # the tool output the service counts, from each result to the newest turn (its own included), as
+        # suffix sums: one pass a request, not one a mask (O(results x masks) on a history of many calls)
+        past = [0] * (protected_from + 1)
+        for o in range(protected_from - 1, -1, -1):
+            c = calls[o]
+            counted = c is not None and c in originals and originals[c].scanned and (o in newly or c not in masked)
+            past[o] = past[o + 1] + (originals[c].tokens if counted and c is not None else 0)
+        # what the service may mask this pass: every counted result from the first past the threshold on
+        boundary = next(
+            (o for o in range(protected_from - 1, -1, -1) if past[o] > self.protection_threshold_tokens), -1
+        )
+        prunable = past[0] - past[boundary + 1] if boundary >= 0 else 0
         accepted = []
         for change in changes:
             try:
-                why = self._why_not(change, calls, responses, protected_from, originals, masked, newly)
+                why = self._why_not(change, responses, protected_from, originals, masked, past, prunable)
             except (RecursionError, ValueError, TypeError) as exc:  # a body the rule cannot read: not its mask
                 why = f"the rewritten result cannot be read as a mask ({type(exc).__name__})"
             if why is not None:
@@ -310,12 +330,12 @@ class ToolOutputMasking:
     def _why_not(
         self,
         change: Change,
-        calls: Sequence[str | None],
         responses: Sequence[Mapping[str, Any]],
         protected_from: int,
         originals: Mapping[str, Original],
         masked: Mapping[str, Masked],
-        newly: set[int],
+        past: Sequence[int],
+        prunable: int,
     ) -> str | None:
         original = originals.get(change.call_id)
         if change.call_id in masked:
@@ -334,19 +354,15 @@ class ToolOutputMasking:
             return f"a masked result whose file path {path[:200]!r} is not of the CLI's shape"
         if (self._tokens(part) or 0) >= original.tokens:
             return "a masked result no shorter than its original (the CLI keeps such a result)"
-        newer = sum(
-            originals[c].tokens
-            for o, c in enumerate(calls)
-            if change.ordinal < o < protected_from
-            and c is not None
-            and c in originals
-            and originals[c].scanned
-            and (o in newly or c not in masked)
-        )
-        if newer + original.tokens <= self.protection_threshold_tokens:
+        if past[change.ordinal] <= self.protection_threshold_tokens:
             return (
-                f"a result masked with {newer} tokens of newer tool output: the CLI masks only past "
-                f"the newest {self.protection_threshold_tokens}"
+                f"a result masked with {past[change.ordinal] - original.tokens} tokens of newer tool output: the "
+                f"CLI masks only past the newest {self.protection_threshold_tokens}"
+            )
+        if prunable < self.min_prunable_tokens:
+            return (
+                f"a result masked with {prunable} tokens of tool output past the newest "
+                f"{self.protection_threshold_tokens}: the CLI masks nothing under {self.min_prunable_tokens}"
             )
         return None
 
@@ -355,20 +371,23 @@ class ToolOutputMasking:
         """The service's file: ``<HOME>/.gemini/tmp/<project>/tool-outputs/session-<id>/<tool>_<call>_<random>.txt``
         (tool and call id sanitized and lower-cased, the random part base-36). The call id is the CLI's
         own, ``<name>__<id>``: it strips the ``<name>__`` prefix from the ids it sends
-        (``stripToolCallIdPrefixes``), so the wire's id is accepted with it or, unprefixed, without."""
+        (``stripToolCallIdPrefixes``), so the wire's id is accepted with it or, unprefixed, without.
+        The file name is compared as text, not compiled into a pattern: an id is the agent's to choose,
+        and compiling a regular expression costs ~1 us a character."""
+        found = _FILE.fullmatch(path)
+        if found is None:
+            return False
         name, call = part.get("name"), part.get("id")
         tool = _SAFE.sub("_", name if isinstance(name, str) and name else "unknown_tool").lower()
-        if isinstance(call, str) and call:
-            prefix = (_js_trim(name) if isinstance(name, str) else "") or "generic_tool"
-            ids = [_SAFE.sub("_", f"{prefix}__{call}").lower(), _SAFE.sub("_", call).lower()]
-            call_part = "(?:" + "|".join(re.escape(i) for i in ids) + ")"
-        else:
-            call_part = "[0-9]+"  # Date.now()
-        shape = (
-            r"(?:/[A-Za-z0-9._-]+)*/\.gemini/tmp/[A-Za-z0-9._-]+/tool-outputs/(?:session-[A-Za-z0-9_-]+/)?"
-            + re.escape(tool)
-            + "_"
-            + call_part
-            + r"_[0-9a-z]*\.txt"
-        )
-        return re.fullmatch(shape, path) is not None
+        rest = found.group(1)
+        if not rest.startswith(tool + "_"):
+            return False
+        rest = rest[len(tool) + 1 :]
+        if not (isinstance(call, str) and call):
+            stamp, _, random = rest.partition("_")  # Date.now()
+            return stamp.isdigit() and stamp.isascii() and _RANDOM.fullmatch(random) is not None
+        prefix = (_js_trim(name) if isinstance(name, str) else "") or "generic_tool"
+        for said in (_SAFE.sub("_", f"{prefix}__{call}").lower(), _SAFE.sub("_", call).lower()):
+            if rest.startswith(said + "_") and _RANDOM.fullmatch(rest, len(said) + 1) is not None:
+                return True
+        return False
