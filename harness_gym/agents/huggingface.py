@@ -9,7 +9,7 @@ Converting a GGUF costs ~45 s of CPU (the tokenizer ~15 s, de-quantizing the wei
 every process that loaded SmolLM2 paid it again. The conversion is kept once per machine as a plain
 transformers folder under the cache (``models/``), named by the GGUF's sha256 and the converting
 libraries' versions, built whole and checked against its manifest on every load
-(:func:`harness_gym.paths.build_verified`): loading it takes about a second.
+(:func:`harness_gym.paths.build_verified`): loading it takes 1-2 s.
 """
 
 from __future__ import annotations
