@@ -42,11 +42,11 @@ def variant(name: str) -> Iterator[None]:
 
     original = isolation.kill_frozen
     if name == "wait":
-        isolation.kill_frozen = lambda *args, **kwargs: False  # type: ignore[assignment]
+        isolation.kill_frozen = lambda *args, **kwargs: False
     try:
         yield
     finally:
-        isolation.kill_frozen = original  # type: ignore[assignment]
+        isolation.kill_frozen = original
 
 
 def _timed(env: Any) -> float:
@@ -114,9 +114,14 @@ def measure(count: int, rounds: int, pause_s: float = 0.5) -> dict[str, Any]:
         }
         for name, found in samples.items()
     }
+
+    def p50(name: str, key: str) -> float:
+        summary = figures[name][key]
+        assert isinstance(summary, dict)
+        return summary["p50"]
+
     ratios = {
-        key: round(figures["freeze"][key]["p50"] / figures["wait"][key]["p50"], 3)
-        for key in ("one_reset_ms", "stop_agent_ms", "at_once_ms")
+        key: round(p50("freeze", key) / p50("wait", key), 3) for key in ("one_reset_ms", "stop_agent_ms", "at_once_ms")
     }
     return {
         "uptime_after": _uptime(),

@@ -84,7 +84,7 @@ def first_call_ms(scripts: Path) -> float:
         return spent
     finally:
         box.close()
-        bubblewrap.tool_scripts_dir = original  # type: ignore[assignment]
+        bubblewrap.tool_scripts_dir = original
 
 
 def _summary(values: list[float]) -> dict[str, float]:
