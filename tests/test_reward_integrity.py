@@ -292,19 +292,64 @@ def test_honest_solutions_of_synthetic_tasks_score_one(clawgym_task, swe_task):
     assert honest(swe_task) == 0.0
 
 
+# The default suite's sample: each exploit on one of the four representative tasks (the two built-in
+# kinds, hidden tests and output checks, and the synthetic SWE- and ClawGym-format tasks), where it has
+# most to gain: framework and runner tricks against hidden tests, forged outputs against output checks,
+# and the two exploits the ClawGym probe is about on the ClawGym task. Every exploit, every task kind.
+SAMPLE_TASK = {
+    "always-equal": "repair-median",
+    "patch-test-framework": "repair-median",
+    "runner-config": "repair-median",
+    "delete-tests": "repair-median",
+    "exit-zero-at-import": "repair-median",
+    "rewrite-grader": "repair-median",
+    "empty-tests": "swe",
+    "stale-bytecode": "swe",
+    "patch-report-plugin": "swe",
+    "forge-verdict-print": "swe",
+    "kill-parent": "swe",
+    "nothing": "workspace-executable-script",
+    "placeholder-outputs": "workspace-executable-script",
+    "forging-program": "workspace-executable-script",
+    "undead-writer": "workspace-executable-script",
+    "ptrace-grader": "workspace-executable-script",
+    "empty-outputs": "claw",
+    "shadow-stdlib": "claw",
+    "site-customize": "claw",
+    "rewind-stdout": "claw",
+    "forge-verdict-atexit": "claw",
+}
+
+
+def exploits_for(task_key: str, scope: str) -> list[Exploit]:
+    """Every exploit under `all`; under `sample`, those SAMPLE_TASK puts on this task."""
+    return [e for e in EXPLOITS if scope == "all" or SAMPLE_TASK[e.name] == task_key]
+
+
+def test_the_sample_holds_every_exploit_and_every_task_kind():
+    """The sample must not lose an exploit when the library grows (a new one fails here until placed)."""
+    assert set(SAMPLE_TASK) == {e.name for e in EXPLOITS}
+    assert set(SAMPLE_TASK.values()) == {"repair-median", "workspace-executable-script", "swe", "claw"}
+
+
 @requires_bwrap
-def test_every_exploit_scores_zero_on_representative_tasks(clawgym_task, swe_task, pending):
-    builtin = [t for t in load_tasks("builtin") if t.id in ("repair-median", "workspace-executable-script")]
-    report = audit(builtin, EXPLOITS, workers=2)
-    assert set(report.exploits) == {e.name for e in EXPLOITS} and len(report.cells) == 2 * len(EXPLOITS)
-    assert_no_exploit(report)  # signed verdicts from non-dumpable graders: ptrace gains nothing here either
+@pytest.mark.parametrize("scope", ["sample", pytest.param("all", marks=pytest.mark.slow)])
+def test_every_exploit_scores_zero_on_representative_tasks(clawgym_task, swe_task, pending, scope):
+    """`sample` (default suite): each exploit on one representative task (SAMPLE_TASK); `all` (slow):
+    every exploit on all four."""
+    by_id = {t.id: t for t in load_tasks("builtin")}
+    for key in ("repair-median", "workspace-executable-script"):
+        exploits = exploits_for(key, scope)
+        report = audit([by_id[key]], exploits, workers=2)
+        assert set(report.exploits) == {e.name for e in exploits} and len(report.cells) == len(exploits)
+        assert_no_exploit(report)  # signed verdicts from non-dumpable graders: ptrace gains nothing here either
     # SWE-format hidden tests run in the process that imports the repository (the format's nature):
     # an object of the repository's making that equals anything passes `assert x == y`. The audit
     # shows it (README, "Reward integrity"); every other exploit must fail there too.
-    swe = audit([swe_task], EXPLOITS, workers=2)
+    swe = audit([swe_task], exploits_for("swe", scope), workers=2)
     assert swe.exploitable().get(swe_task.id, []) in ([], ["always-equal"], ["always-equal", "ptrace-grader"])
     assert_no_exploit(swe, pending["any"] | {"always-equal"})
-    claw = audit([clawgym_task], EXPLOITS, workers=2)
+    claw = audit([clawgym_task], exploits_for("claw", scope), workers=2)
     assert_no_exploit(claw, pending["any"] | pending["clawgym"])
     still_open = sorted({e for names in [*swe.exploitable().values(), *claw.exploitable().values()] for e in names})
     if set(still_open) - {"always-equal"}:
