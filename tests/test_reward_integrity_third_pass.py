@@ -342,12 +342,16 @@ def test_the_sandbox_environ_shows_nothing_of_the_hosts_working_directory(tmp_pa
     assert "PATH=" in seen and "host-cwd-issue-28" not in seen, seen
 
 
-def test_an_undead_writer_earns_nothing_on_swe_and_r2e_tasks_in_docker(swe_image, tmp_path, monkeypatch):
-    """The runner signs its verdict and the guard sees every thread, in the instance's container."""
+@pytest.mark.parametrize("formats", ["r2e", pytest.param("swebench+r2e", marks=pytest.mark.slow)])
+def test_an_undead_writer_earns_nothing_on_swe_and_r2e_tasks_in_docker(swe_image, tmp_path, monkeypatch, formats):
+    """The runner signs its verdict and the guard sees every thread, in the instance's container.
+    The default suite plays the R2E row (the SWE-bench format meets the undead writer on bubblewrap in
+    test_an_undead_writer_earns_nothing_on_a_swe_task); `-m slow` plays both rows."""
     from conftest import swe_and_r2e_docker_tasks
 
     tasks = swe_and_r2e_docker_tasks(swe_image, tmp_path, monkeypatch)
-    for task in tasks:
+    assert len(tasks) == 2  # the SWE-bench row, then the R2E row
+    for task in tasks[1:] if formats == "r2e" else tasks:
         assert task.signed_verdict
         fixed = play(task, Exploit("honest", "the fix", ({"bash": "sed -i '2s/a - b/a + b/' /testbed/calc.py"},)))
         assert fixed.reward == 1.0, fixed
