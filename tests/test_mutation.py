@@ -180,10 +180,15 @@ def assert_all_killed(report):
 
 
 @requires_bwrap
-def test_every_builtin_task_kills_a_sample_of_its_mutants():
+@pytest.mark.parametrize("per_task", [1, pytest.param(3, marks=pytest.mark.slow)])
+def test_every_builtin_task_kills_a_sample_of_its_mutants(per_task):
+    """Every built-in task (both families, every grader) kills its sampled mutants: one each in the
+    default suite, three each behind slow (and every mutant in the next test)."""
     tasks = load_tasks("builtin")
     assert len(tasks) == 40
-    assert_all_killed(mutation_audit(tasks, 3, seed=1, workers=2))
+    report = mutation_audit(tasks, per_task, seed=1, workers=2)
+    assert len(report.tasks) == 40 and all(t.valid >= 1 for t in report.tasks), report.table()
+    assert_all_killed(report)
 
 
 @requires_bwrap
