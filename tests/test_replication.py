@@ -4,6 +4,7 @@ prefix cache agree with plain transformers; ``--small`` end to end behind the sl
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 from conftest import requires_bwrap
@@ -172,6 +173,44 @@ def test_concurrent_calls_are_decoded_together_as_the_model_decodes_each():
         with torch.no_grad():
             plain = [model.generate(p, attention_mask=torch.ones_like(p), **options) for p in prompts]
     assert batched.batches == [4, 4] and batched.reused_tokens > 4 * MIN_SHARED_PREFIX
+
+
+@pytest.mark.slow
+def test_the_batched_decoder_gives_generates_tokens_on_real_bench_prompts(tmp_path):
+    """SmolLM2 on the first prompts of real bench episodes (the base harness and held-out
+    configurations, Hermes tool calls, 1.5k-1.9k tokens): the in-place batched decode gives
+    token for token what transformers' greedy ``generate`` gives each prompt alone, in a batch of
+    one and of four, and again when each prompt is extended and prefilled from its cached prefix."""
+    import sys
+
+    torch = pytest.importorskip("torch")
+    from harness_gym.model_export import export_model
+    from harness_gym.replication.evaluate import PrefixCachingModel, _Request
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from hf_decode import real_prompts
+
+    folder = export_model(tmp_path / "model")
+    from harness_gym.agents.huggingface import load_model
+
+    _, model, _ = load_model(str(folder))
+    prompts = real_prompts(folder, 4)
+    options = {"max_new_tokens": 24, "do_sample": False, "pad_token_id": model.generation_config.eos_token_id}
+
+    def plain(ids):
+        with torch.no_grad():
+            return model.generate(ids, attention_mask=torch.ones_like(ids), **options)
+
+    for size in (1, 4):
+        decoder = PrefixCachingModel(model, batch_size=size)
+        batch = prompts[:size]
+        for _ in range(2):  # the second round extends each output: its prefix comes from the cache
+            requests = [_Request(ids, dict(options)) for ids in batch]
+            decoder._decode(requests)
+            for request, ids in zip(requests, batch, strict=True):
+                assert torch.equal(request.result, plain(ids)), (size, ids.shape)
+            batch = [torch.cat([r.result, ids[:, -40:]], dim=1) for r, ids in zip(requests, batch, strict=True)]
+        assert decoder.reused_tokens > 1000 * size
 
 
 @pytest.mark.slow
