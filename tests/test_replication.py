@@ -423,6 +423,27 @@ def test_the_profiles_plan_their_classes_and_estimate_their_cost():
     assert set(PROFILES["ablation"].arms) >= {"random18", "oa18-k1", "oa18-k4", "h1"}
     costs = {name: estimate_cost(PROFILES[name])["total_s"] for name in ("small", "full", "ablation")}
     assert costs["small"] < costs["full"] < costs["ablation"]
+    # a session's machine holds 3 hours, everything else included; the rates were measured at load
+    # 3-5 with one torch thread and every trained episode is costed as a loop to max_steps
+    assert costs["full"] <= 3 * 3600
+    assert PROFILES["full"].max_steps > 8  # above the ladder's longest reference episode
+
+
+def test_later_training_seeds_run_the_core_classes_only():
+    """With ``full_eval_seeds=1`` the first seed runs every class and the others the gap's core
+    classes, whose intervals over seeds the report gives; the estimate counts each seed's own."""
+    from dataclasses import replace
+
+    from benchmarks.replication import CORE_CLASSES, PROFILES, bench_estimate_s, eval_runs
+
+    profile = replace(PROFILES["full"], full_eval_seeds=1)
+    first = [r.klass for r in eval_runs(profile, trained=True, seed_index=0)]
+    later = [r.klass for r in eval_runs(profile, trained=True, seed_index=2)]
+    assert set(first) > set(later) and tuple(later) == CORE_CLASSES
+    assert eval_runs(profile, trained=False, seed_index=2) == eval_runs(profile, trained=False)
+    assert bench_estimate_s(profile, trained=True, seed_index=1) < bench_estimate_s(profile, trained=True)
+    every = replace(profile, full_eval_seeds=0)
+    assert [r.klass for r in eval_runs(every, trained=True, seed_index=2)] == first
 
 
 def test_real_clis_are_an_evaluation_class_served_the_checkpoint(tmp_path):
