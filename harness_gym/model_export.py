@@ -23,7 +23,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from harness_gym.agents.huggingface import load_model
+from harness_gym.agents.huggingface import load_model, save_dequantized
 
 #: ChatML with Hermes tool calls (Qwen2.5's template, which TRL recognises and parses)
 TOOL_TEMPLATE = "tool_formats/data/chatml_hermes_tools.jinja"
@@ -77,22 +77,6 @@ def vllm_cpu_command(folder: str | Path, name: str = "smollm2", port: int = 8000
     )
 
 
-def _save_dequantized(network: Any, folder: Path) -> None:
-    """Save the weights as a plain checkpoint. GGUF weights are de-quantized on load, but newer
-    transformers keep a GGUF quantizer on the model that refuses to serialise: it is detached for
-    the save and put back (the model is shared with in-process agents)."""
-    quantizer = getattr(network, "hf_quantizer", None)
-    config = network.config
-    quantization = config.__dict__.pop("quantization_config", None)
-    try:
-        network.hf_quantizer = None
-        network.save_pretrained(folder)
-    finally:
-        network.hf_quantizer = quantizer
-        if quantization is not None:
-            config.quantization_config = quantization
-
-
 def export_model(
     out: str | Path, *, model: str | None = None, gguf_file: str | None = None, force: bool = False
 ) -> Path:
@@ -115,7 +99,7 @@ def export_model(
         tokenizer.pad_token = tokenizer.pad_token or eos
     folder.mkdir(parents=True, exist_ok=True)
     with lock:
-        _save_dequantized(network, folder)
+        save_dequantized(network, folder)
     tokenizer.save_pretrained(folder)
     if eos is not None:
         eos_id = tokenizer.convert_tokens_to_ids(eos)

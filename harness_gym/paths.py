@@ -4,6 +4,8 @@ to fill a folder of it so that concurrent processes never see (or delete) a half
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import secrets
 import shutil
@@ -12,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 COMPLETE = ".complete"
+MANIFEST = ".manifest.json"  # what build_verified checks: every file's size and sha256
 
 # (add, discard) of a host folder in the crash-recovery registry, set by
 # :mod:`harness_gym.sandboxes.isolation` (which sits above this module): every temporary folder a
@@ -80,6 +83,86 @@ def build_once(folder: Path, build: Callable[[Path], None]) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         forget_folder(staging)
     return folder
+
+
+def build_verified(folder: Path, build: Callable[[Path], None]) -> Path:
+    """:func:`build_once`, for a folder whose files a later reader cannot check itself (a converted
+    model, whose damaged weights would load as a silently different model): the build records every
+    file's size and sha256, and each call checks them. A damaged entry (a file truncated, altered,
+    removed or added after it was complete) is moved aside and built again; one still damaged after
+    its rebuild raises."""
+
+    def build_with_manifest(staging: Path) -> None:
+        build(staging)
+        (staging / MANIFEST).write_text(json.dumps(_file_digests(staging), indent=1, sort_keys=True), "utf-8")
+
+    for attempt in range(2):
+        build_once(folder, build_with_manifest)
+        checked = _inode(folder)
+        problem = manifest_problem(folder)
+        if problem is None:
+            return folder
+        if attempt == 0:
+            _discard(folder, checked)
+    raise RuntimeError(f"{folder} is damaged right after it was built ({problem}); is its disk failing?")
+
+
+def manifest_problem(folder: Path) -> str | None:
+    """Why ``folder`` does not match the manifest :func:`build_verified` wrote, or None when it does."""
+    try:
+        recorded = json.loads((folder / MANIFEST).read_text("utf-8"))
+    except (OSError, ValueError) as exc:
+        return f"no readable manifest: {exc}"
+    try:
+        found = _file_digests(folder)
+    except OSError as exc:  # a file vanished while it was read (another process discarding it)
+        return f"unreadable: {exc}"
+    if found == recorded:
+        return None
+    changed = sorted(name for name in recorded.keys() | found.keys() if recorded.get(name) != found.get(name))
+    return f"files that differ from the manifest: {', '.join(changed)}"
+
+
+def _file_digests(folder: Path) -> dict[str, list[int | str]]:
+    """[size, sha256] of every file under ``folder`` (the markers aside), by relative path."""
+    digests: dict[str, list[int | str]] = {}
+    for parent, _dirs, files in os.walk(folder):
+        for name in files:
+            path = Path(parent) / name
+            relative = path.relative_to(folder).as_posix()
+            if relative not in (COMPLETE, MANIFEST):
+                digests[relative] = [path.stat().st_size, file_sha256(path)]
+    return digests
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file's bytes, read in blocks (model weights are hundreds of MiB)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _inode(folder: Path) -> int | None:
+    with contextlib.suppress(OSError):
+        return folder.stat().st_ino
+    return None
+
+
+def _discard(folder: Path, checked: int | None) -> None:
+    """Move ``folder`` aside under a fresh name (recorded for crash recovery) and delete it: readers
+    never meet a half-deleted entry, and a concurrent builder finds the name free. Only the folder
+    that was checked (by inode): one another process has rebuilt meanwhile stays."""
+    aside = folder.parent / f".{folder.name}-damaged-{secrets.token_hex(8)}"
+    record_folder(aside)
+    try:
+        if checked is not None and _inode(folder) == checked:
+            with contextlib.suppress(OSError):  # moved aside by another process first
+                folder.rename(aside)
+        shutil.rmtree(aside, ignore_errors=True)
+    finally:
+        forget_folder(aside)
 
 
 def remove_path(path: Path) -> None:

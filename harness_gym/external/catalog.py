@@ -21,6 +21,7 @@ import jsonschema
 import yaml
 
 from harness_gym.errors import HarnessSpecError
+from harness_gym.external.proxy.masking import RULES, ToolOutputMasking
 from harness_gym.spec import non_finite_numbers, spec_hash
 
 PREFIX = "external:"
@@ -162,6 +163,7 @@ def validate_cli(data: Any, source: str = "<cli>") -> ExternalCli:
         shell, _ = data["shell_tool"]["name"], None
         if data["tool_roles"].get(shell) != "shell":
             lines.append(f"  shell_tool {shell!r} must have role 'shell' in tool_roles")
+        lines += _masking_problems(data)
         for index, pattern in enumerate(data.get("rejected_call_results") or []):
             try:
                 re.compile(pattern)
@@ -170,6 +172,26 @@ def validate_cli(data: Any, source: str = "<cli>") -> ExternalCli:
     if lines:
         raise ExternalCliError(f"invalid external CLI {source}:\n" + "\n".join(lines))
     return ExternalCli(data=dict(data), digest=spec_hash(data))
+
+
+def _masking_problems(data: Mapping[str, Any]) -> list[str]:
+    """A ``masked_results`` rule the proxy does not implement, on another wire or for another pin than the rule's."""
+    masking = data.get("masked_results")
+    if not masking:
+        return []
+    try:
+        ToolOutputMasking.from_data(masking)
+    except ValueError as exc:
+        return [f"  at $.masked_results.rule: {exc}"]
+    if data["wire_api"] != "gemini":
+        return [f"  at $.masked_results: the rule {masking['rule']!r} reads Gemini's wire, not {data['wire_api']!r}"]
+    package, version = RULES[masking["rule"]]
+    if (data["package"]["name"], data["package"]["version"]) != (package, version):
+        return [
+            f"  at $.masked_results.rule: {masking['rule']!r} was read in {package} {version}'s bundle, not in "
+            f"{data['package']['name']} {data['package']['version']}'s: read the new bundle's masking and name its rule"
+        ]
+    return []
 
 
 def load_cli_file(path: str | Path) -> ExternalCli:

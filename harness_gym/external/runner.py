@@ -31,6 +31,7 @@ from harness_gym.external import forwarder
 from harness_gym.external.catalog import ExternalCli, load_cli
 from harness_gym.external.install import require_install
 from harness_gym.external.proxy import ModelProxy
+from harness_gym.external.proxy.masking import ToolOutputMasking
 from harness_gym.external.proxy.recording import call_results, turns_of
 from harness_gym.external.runtime import check_tree
 from harness_gym.external.validity import count_valid_calls
@@ -138,6 +139,7 @@ def run_external_episode(
             max_requests=max_turns + SIDE_REQUESTS,
             max_tokens=max_tokens,
             renamed_calls=tuple(spec.data.get("refused_calls_renamed_to") or ()),
+            masking=ToolOutputMasking.from_data(spec.data.get("masked_results")),
         )
         try:
             return _episode(spec, install, task, channel, model_proxy, base, started, max_turns, wall_s, placement)
@@ -607,6 +609,8 @@ def _record(
             "unrecorded_refusals": int(getattr(channel, "refused_unrecorded", 0)),  # past the budget, counted only
             "side_requests": sum(1 for r in records if r.side),
             "invalid_calls": validity["invalid_calls"],
+            # results the CLI itself masked in later requests (accepted as exact; the transcript keeps the full one)
+            "masked_results": [m.to_json() for m in getattr(channel, "masked", {}).values()],
             "stdout_tail": output[-2000:],
         },
     }

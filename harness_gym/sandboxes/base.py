@@ -182,9 +182,12 @@ class SandboxBackend(ABC):
             return self._run_grader(folder, mount, script, timeout_s, env)
 
     def stop_agent(self) -> None:
-        """End every process the agent started, now (what :meth:`grade` does first). A reset calls it
-        on the finished episode's sandbox, so nothing of that episode runs beside the next one while
-        the rest of its close (cgroups, uid, workspace) waits in the background."""
+        """End every process the agent started, now. A reset calls it on the finished episode's
+        sandbox, so nothing of that episode runs beside the next one while the rest of its close
+        (cgroups, uid, workspace) waits in the background. When it returns, none of them runs user
+        code again; a backend that can show that for processes not yet gone (frozen, SIGKILL
+        pending) may leave their teardown to the close. By default, what :meth:`grade` does first
+        (they are gone when it returns)."""
         self._stop_agent()
 
     # ------------------------------------------------------------------ hooks

@@ -318,6 +318,20 @@ class BubblewrapSandbox(ShellSandbox):
     def _shell_env(self) -> dict[str, str]:
         return self._env()
 
+    def stop_agent(self) -> None:
+        """End the agent's processes for good before a reset returns, without waiting for the
+        kernel's teardown of them (the namespaces' exit: ~28 ms, left to the background close):
+        where the sandbox is in a v2 cgroup (a v2 host's, or a hybrid host's freezer group), it is
+        frozen and every process in it but the host-side bwrap gets SIGKILL (:func:`.isolation.kill_frozen`),
+        so none runs user code again. Where that cannot be shown, the processes are killed and
+        waited for, as before grading."""
+        self._settle_write()
+        proc = self._proc
+        freezer = next((group for group in self._cgroups if isolation.freezable(group)), None)
+        if proc is not None and proc.poll() is None and freezer and isolation.kill_frozen(freezer, keep=proc.pid):
+            return  # the close kills bwrap, reaps it and waits for the namespaces' end
+        self._stop_agent()
+
     def _sealed(self) -> Path | None:
         return sealed_binaries_dir("/bin/bash", self.python)
 
@@ -340,7 +354,10 @@ class BubblewrapSandbox(ShellSandbox):
                 "pids": {"pids.max": str(self.max_processes)},
             }
             remade = [
-                isolation.make_cgroup(_controller(group), name, limits[_controller(group)]) for group in self._cgroups
+                isolation.make_freezer_group(name)
+                if _controller(group) == "unified"
+                else isolation.make_cgroup(_controller(group), name, limits[_controller(group)])
+                for group in self._cgroups
             ]
             self._cgroups = [g for g in remade if g is not None]
         try:
@@ -493,7 +510,8 @@ def _namespace_init(pid: int) -> int | None:
 
 
 def _controller(group: Path) -> str:
-    """The v1 controller a cgroup folder belongs to (memory or pids)."""
+    """The v1 controller a cgroup folder belongs to (memory or pids; "unified": a hybrid host's
+    cgroup2 freezer group)."""
     relative = group.relative_to(isolation.CGROUP_ROOT)
     return relative.parts[0]
 

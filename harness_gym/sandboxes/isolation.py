@@ -25,6 +25,7 @@ import json
 import os
 import resource
 import secrets
+import select
 import shutil
 import signal
 import stat
@@ -821,7 +822,8 @@ def make_sandbox_cgroups(name: str, request: CgroupRequest, root: Path | None = 
         else:
             remove_cgroup(group)
             report.not_enforced[limit] = f"cannot write the {controller} limit in {group}"
-    return SandboxCgroups(groups, report)
+    freezer = make_freezer_group(name, root) if version == 1 else None
+    return SandboxCgroups(groups + ([freezer] if freezer is not None else []), report)
 
 
 def _read(path: Path) -> str:
@@ -854,6 +856,143 @@ def make_cgroup(controller: str, name: str, limits: dict[str, str]) -> Path | No
         remove_cgroup(group)
         return None
     return group
+
+
+@functools.cache
+def _own_unified(root: Path) -> Path | None:
+    """This process's cgroup in a hybrid host's cgroup2 hierarchy (``<root>/unified``), if we may
+    create children there."""
+    unified = root / "unified"
+    path = _own_path("")
+    if path is None or not (unified / "cgroup.controllers").exists():
+        return None
+    own = unified / path.lstrip("/")
+    return own if _probe(own) else None
+
+
+def make_freezer_group(name: str, root: Path | None = None) -> Path | None:
+    """On a hybrid host (v1 controllers, cgroup2 mounted at ``<root>/unified``): a v2 group with no
+    controllers that the sandbox joins only for v2's ``cgroup.freeze`` (its limits stay in v1), so
+    that a reset can stop every process of it at once (:func:`kill_frozen`). None where there is none."""
+    own = _own_unified(root or CGROUP_ROOT)
+    if own is None:
+        return None
+    group = own / f"{CGROUP_PREFIX}{name}"
+    try:
+        group.mkdir(exist_ok=True)
+    except OSError:
+        return None
+    if not (group / "cgroup.freeze").exists():  # a kernel before 5.2: no v2 freezer
+        remove_cgroup(group)
+        return None
+    return group
+
+
+def freezable(group: Path) -> bool:
+    """Whether ``group`` is a v2 cgroup with a freezer (a real one: not a plain folder)."""
+    return (group / "cgroup.freeze").exists()
+
+
+FREEZE_TIMEOUT_S = 0.5  # how long kill_frozen waits for a group to freeze before the caller falls back
+
+
+def kill_frozen(group: Path, keep: int, timeout_s: float | None = None) -> bool:
+    """Stop every process of the v2 cgroup ``group`` but ``keep`` for good, without waiting for
+    their exit: freeze the group, SIGKILL each member but ``keep`` while it is frozen, thaw it.
+
+    True: when this returns, none of them can run user code again; each is dead or has SIGKILL
+    pending (a frozen task leaves the freezer only to die). The list of members is complete: a group
+    reads frozen only when every task is, and a frozen task is not inside fork(2), so no child is
+    between its creation and its joining the group (a kill without the freeze could miss one; a
+    vfork parent and a stopped or traced task count as frozen). ``keep`` is the sandbox's host-side
+    bwrap: it reaps the rest once thawed (killed too, the pid namespace's init would be left a
+    zombie to a host init that may never reap it). False: it could not be shown (the group did not
+    freeze within ``timeout_s`` (default :data:`FREEZE_TIMEOUT_S`), a task stuck in the kernel; no freezer; a member that could not be
+    signalled); the group is thawed and the caller must kill and wait as before."""
+    try:
+        events = os.open(group / "cgroup.events", os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        if not _write_control(group / "cgroup.freeze", "1"):
+            return False
+        try:
+            return _frozen(events, FREEZE_TIMEOUT_S if timeout_s is None else timeout_s) and _kill_members(group, keep)
+        finally:
+            _write_control(group / "cgroup.freeze", "0")
+    finally:
+        os.close(events)
+
+
+def _write_control(path: Path, value: str) -> bool:
+    try:
+        handle = os.open(path, os.O_WRONLY)
+    except OSError:
+        return False
+    try:
+        os.write(handle, value.encode())
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(handle)
+
+
+def _frozen(events: int, timeout_s: float) -> bool:
+    """Wait until ``cgroup.events`` (open as ``events``) says frozen or empty; the kernel wakes a
+    poll for POLLPRI at each change (a 10 ms timeout is only a safety net)."""
+    deadline = time.monotonic() + timeout_s
+    poller = select.poll()
+    poller.register(events, select.POLLPRI)
+    while True:
+        try:
+            text = os.pread(events, 512, 0).decode()
+        except OSError:
+            return False
+        state = dict(line.split(" ", 1) for line in text.splitlines() if " " in line)
+        if state.get("frozen") == "1" or state.get("populated") == "0":
+            return True
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        poller.poll(min(remaining, 0.01) * 1000)
+
+
+def _kill_members(group: Path, keep: int) -> bool:
+    """SIGKILL every process of a frozen ``group`` but ``keep``, each through a pidfd (it pins the
+    pid: a member that exited meanwhile cannot be confused with a new process given its number)."""
+    try:
+        pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return False
+    for pid in pids:
+        if pid == keep:
+            continue
+        try:
+            handle = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue  # gone already
+        except OSError:
+            return False
+        try:
+            if _in_group(pid, group.name):
+                signal.pidfd_send_signal(handle, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+        except OSError:
+            return False
+        finally:
+            os.close(handle)
+    return True
+
+
+def _in_group(pid: int, name: str) -> bool:
+    """Whether process ``pid`` is in the v2 cgroup named ``name`` (sandbox group names are unique)."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return False
+    return any(line.startswith("0::") and line.endswith("/" + name) for line in lines)
 
 
 def remove_cgroup(group: Path) -> None:

@@ -56,6 +56,21 @@ def _parts(content: Any) -> list[Mapping[str, Any]]:
     return objects(content.get("parts"), "parts", "part")
 
 
+def _responses(parts: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """A user content's functionResponse objects: one canonical tool message each."""
+    return [p["functionResponse"] for p in parts if isinstance(p.get("functionResponse"), OBJECT)]
+
+
+def function_responses(body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The functionResponse objects of a request (parsed already), in the order of the tool messages
+    :func:`parse` makes of them: the raw shape a CLI's masking rule is checked on (:mod:`.masking`)."""
+    responses: list[Mapping[str, Any]] = []
+    for content in as_list(body.get("contents"), "contents"):
+        if isinstance(content, OBJECT) and content.get("role", "user") != "model":
+            responses += _responses(_parts(content))
+    return responses
+
+
 def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     system = body.get("systemInstruction") or body.get("system_instruction")
@@ -94,21 +109,17 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
                 message["tool_calls"] = calls
             messages.append(message)
             continue
-        for part in parts:
-            response = part.get("functionResponse")
-            if isinstance(response, OBJECT):
-                name = str(response.get("name") or "")
-                call_id = str(response.get("id") or "")
-                match = next(
-                    (p for p in pending if (call_id and p[1] == call_id) or (not call_id and p[0] == name)), None
-                )
-                if match is not None:
-                    pending.remove(match)
-                    call_id = match[1]
-                value = response.get("response")
-                output = value.get("output", value) if isinstance(value, OBJECT) and len(value) == 1 else value
-                text = output if isinstance(output, str) else json.dumps(output)
-                messages.append({"role": "tool", "tool_call_id": call_id or name, "content": text})
+        for response in _responses(parts):
+            name = str(response.get("name") or "")
+            call_id = str(response.get("id") or "")
+            match = next((p for p in pending if (call_id and p[1] == call_id) or (not call_id and p[0] == name)), None)
+            if match is not None:
+                pending.remove(match)
+                call_id = match[1]
+            value = response.get("response")
+            output = value.get("output", value) if isinstance(value, OBJECT) and len(value) == 1 else value
+            text = output if isinstance(output, str) else json.dumps(output)
+            messages.append({"role": "tool", "tool_call_id": call_id or name, "content": text})
         if texts:
             messages.append({"role": "user", "content": "\n".join(texts)})
     require(len(messages) > 0, "contents must not be empty")

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import re
 import secrets
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harness_gym.external.policies import Policy, PolicyReply, PolicyRequest, text_of
 from harness_gym.external.proxy import anthropic, chat_completions, gemini, openai_responses
+from harness_gym.external.proxy.masking import Change, Masked, Original, ToolOutputMasking
 from harness_gym.external.proxy.wire import arguments_object, loads
 
 DIALECTS: dict[str, Any] = {
@@ -54,6 +56,8 @@ class ProxyRecord:
         self._parsed = False  # whether the body was parsed to a PolicyRequest (a generate request)
         self._request: PolicyRequest | None = None  # only where there are no bytes to parse again
         self.policy_request = policy_request
+        self.masked: list[dict[str, Any]] = []  # results this request carried masked by the CLI, first time
+        self.first_results: list[str] = []  # reply call ids whose first recorded result this request gave
 
     @property
     def request(self) -> dict[str, Any] | None:
@@ -106,6 +110,7 @@ class ProxyRecord:
             "started": self.started,
             "ended": self.ended,
             "error": self.error,
+            "masked_results": self.masked,
         }
 
 
@@ -153,6 +158,7 @@ class RolloutChannel:
         models: tuple[str, ...] = (),
         on_close: Any = None,
         renamed_calls: tuple[str, ...] = (),
+        masking: ToolOutputMasking | None = None,
     ) -> None:
         self.secret = "hg-" + secrets.token_urlsafe(24)
         self.policy = policy
@@ -174,6 +180,10 @@ class RolloutChannel:
         self.refused_records = 0  # requests refused past the budget, recorded
         self.refused_unrecorded = 0  # and those past MAX_REFUSED_RECORDS, only counted
         self.result_digests: dict[str, str] = {}  # reply call id -> sha256 of the first result a turn gave it
+        self.masking = masking  # the CLI's own rewrite of old results, accepted where exact (masked_results)
+        self.originals: dict[str, Original] = {}  # reply call id -> what the rule needs of its first result
+        self.masked: dict[str, Masked] = {}  # reply call id -> the CLI's mask of its result, accepted
+        self._unanswered: set[str] = set()  # calls whose first result's request is not recorded yet
         self.closed = False
         self.lock = threading.Lock()
         self.policy_lock = threading.Lock()  # a rollout's policy answers one request at a time
@@ -224,12 +234,17 @@ class RolloutChannel:
         request.side = side
         return request
 
-    def verify(self, request: PolicyRequest) -> str | None:
+    def verify(
+        self, request: PolicyRequest, body: Mapping[str, Any] | None = None, record: ProxyRecord | None = None
+    ) -> str | None:
         """Check the history a request sends against the replies this channel recorded: every assistant
         tool call in it must be one the policy made. The agent cannot sit between the CLI and the proxy
         (the forwarder is the host's), but it can send requests of its own through its sandbox's port
         with the secret it reads from the CLI's environment, so a forged call is flagged here, and the
-        first one makes the rollout an error (``tampered``). The reason, or None."""
+        first one makes the rollout an error (``tampered``). A later agent turn must carry the result an
+        earlier one gave a call, or what the CLI's own masking rule (``masking``, from its file's
+        ``masked_results``: :mod:`.masking`) makes of it; an accepted mask is kept in ``masked`` and on
+        ``record``. ``body``: the request as sent (the rule reads its raw shape). The reason, or None."""
         with self.lock:  # the index grows as records are added, and is read under the same lock
             matched, forged = self._calls.match(request.messages, self.renamed_calls)
             reason = None
@@ -240,17 +255,90 @@ class RolloutChannel:
                     "the proxy rewrote it"
                 )
             elif not request.side:  # a later agent turn must carry the result an earlier one gave a call
-                for call_id, text in results_in(request.messages, self._calls, matched).items():
-                    digest = hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()
-                    if self.result_digests.setdefault(call_id, digest) != digest:
-                        reason = (
-                            f"two agent requests give tool call {call_id!r} different results: the proxy "
-                            "cannot tell which one the CLI's tool returned (an agent's request with a forged result)"
-                        )
-                        break
+                reason = self._results(request, body, matched, record)
             if reason is not None and self.tampered is None:
                 self.tampered = reason
             return self.tampered
+
+    def _results(
+        self, request: PolicyRequest, body: Mapping[str, Any] | None, matched: dict[str, str], record: Any
+    ) -> str | None:
+        """The check of an agent turn's tool results (under ``lock``): the reason it fails, or None."""
+        tools = [m for m in request.messages if isinstance(m, dict) and m.get("role") == "tool"]
+        every = result_calls(request.messages, self._calls, matched)
+        calls = _firsts(every)  # a call's later results in this history must repeat its first one
+        masking = self.masking
+        responses = masking.responses(body) if masking is not None else None
+        if responses is not None and len(responses) != len(tools):
+            responses = None  # not the shape the rule reads: a rewritten result stays a conflict
+        changes: list[Change] = []
+        given: dict[str, str] = {}  # call -> digest of its first result in this history
+        for ordinal, (call_id, message) in enumerate(zip(every, tools, strict=True)):
+            if call_id is None:
+                continue
+            text = text_of(message.get("content"))  # text: no part of a parsed tree kept
+            digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+            if given.setdefault(call_id, digest) != digest:
+                return (
+                    f"one agent request gives tool call {call_id!r} two different results: the policy reads "
+                    "both, the transcript keeps the first (an agent's request with a forged result)"
+                )
+            if calls[ordinal] is None:
+                continue  # the same result again
+            new = call_id not in self.result_digests
+            first = self.result_digests.setdefault(call_id, digest)
+            if new and masking is not None and record is not None:
+                record.first_results.append(call_id)  # unanswered until the record is added
+                self._unanswered.add(call_id)
+            if first == digest and masking is not None and call_id not in self.originals:
+                if masking.looks_masked(text):
+                    return (
+                        f"tool call {call_id!r}: its first recorded result is already masked: the CLI masks "
+                        "only a result it sent in full before (the proxy never saw the original)"
+                    )
+                if responses is not None:
+                    self.originals[call_id] = masking.original(responses[ordinal])
+            elif first != digest and (call_id not in self.masked or self.masked[call_id].digest != digest):
+                changes.append(Change(ordinal, call_id, text, digest))
+        if not changes:
+            return None
+        conflict = (
+            f"two agent requests give tool call {changes[0].call_id!r} different results: the proxy "
+            "cannot tell which one the CLI's tool returned (an agent's request with a forged result)"
+        )
+        if masking is None or responses is None:
+            return conflict
+        why, protected_from = self._layout(changes, calls)
+        accepted: list[Masked] = []
+        if why is None:
+            why, accepted = masking.check(
+                changes, calls, responses, protected_from, self.originals, self.masked, self.agent_turns
+            )
+        if why is not None:
+            return f"{conflict}; not the CLI's own masking ({masking.rule}): {why}"
+        for mask in accepted:
+            self.masked[mask.call_id] = mask
+        if record is not None:
+            record.masked = [m.to_json() for m in accepted]
+        return None
+
+    def _layout(self, changes: Sequence[Change], calls: Sequence[str | None]) -> tuple[str | None, int]:
+        """(why the request's results are not laid out as the CLI's history, or None; the first ordinal
+        of its newest turn's results). The rule reads the history's order (newer output, the latest turn),
+        so it is taken from the policy's replies, which the agent cannot reorder: results in the order
+        of the turns that made their calls, the newest turn the latest reply answered (a model text after
+        it, or a result moved before its call, protects nothing less). And a mask's original must have
+        been answered: a request still in flight that first carried it may be recorded after the mask
+        (the policy lock is not first come, first served), and the transcript keeps the first recorded."""
+        early = next((c.call_id for c in changes if c.call_id in self._unanswered), None)
+        if early is not None:
+            return f"tool call {early!r}: the request that first carried its full result is not answered yet", 0
+        turns = [self._calls.turn_of[self._calls.by_id[c][0]] if c is not None else None for c in calls]
+        known = [t for t in turns if t is not None]
+        if any(a > b for a, b in itertools.pairwise(known)):
+            return "the results are not in the order of the turns that made their calls (not the CLI's history)", 0
+        newest = max(known, default=0)
+        return None, next((o for o, t in enumerate(turns) if t == newest), len(calls))
 
     def spent(self, reply: PolicyReply) -> None:
         with self.lock:
@@ -269,6 +357,7 @@ class RolloutChannel:
                     return
                 self.refused_records += 1
             self.records.append(record)
+            self._unanswered.difference_update(record.first_results)
             if record.policy_reply is not None:
                 self._calls.add(record.policy_reply)
 
@@ -318,6 +407,8 @@ class CallIndex:
     def __init__(self, replies: Sequence[PolicyReply] = ()) -> None:
         self.made: list[dict[str, Any]] = []
         self.by_id: dict[str, list[int]] = {}  # id -> positions in ``made``
+        self.turn_of: list[int] = []  # the reply (0, 1, ...) each call of ``made`` came in
+        self.replies = 0
         self._twins: dict[tuple[str, str], list[int]] = {}  # (name, arguments normalized) -> positions
         self._keyed = 0  # the first position not in ``_twins`` yet (keys are made only when needed)
         # a history's arguments text -> its normalized form: every request resends the same calls (Gemini's
@@ -330,6 +421,8 @@ class CallIndex:
         for call in reply.tool_calls:
             self.by_id.setdefault(str(call["id"]), []).append(len(self.made))
             self.made.append(call)
+            self.turn_of.append(self.replies)
+        self.replies += 1
 
     def _by_name_and_arguments(self) -> dict[tuple[str, str], list[int]]:
         for position in range(self._keyed, len(self.made)):
@@ -392,14 +485,16 @@ def forged_calls(messages: Any, replies: list[PolicyReply], renamed: tuple[str, 
     return match_calls(messages, replies, renamed)[1]
 
 
-def results_in(messages: Any, index: CallIndex, matched: dict[str, str] | None = None) -> dict[str, str]:
-    """Reply call id -> the tool result (its text) one history carries for it, matched by call id
-    (Gemini's wire has no ids: by function name, in order). Results for calls no reply made are left out.
-    ``matched``: ``index.match(messages)``'s ids where the caller has them (one match a request)."""
+def result_calls(messages: Any, index: CallIndex, matched: dict[str, str] | None = None) -> list[str | None]:
+    """The reply call id each tool result of a history answers, in order (None: no reply made the
+    call; a call answered twice appears twice), matched by call id (Gemini's wire has no ids: by
+    function name, in order, each call once). ``matched``: ``index.match(messages)``'s ids where the
+    caller has them (one match a request)."""
     if matched is None:
         matched = index.match(messages)[0]
     made: dict[str, dict[str, Any]] | None = None  # id -> call, made only for Gemini's results
-    results: dict[str, str] = {}
+    answered: set[str] = set()
+    calls: list[str | None] = []
     for message in messages or []:
         if not isinstance(message, dict) or message.get("role") != "tool":
             continue
@@ -407,10 +502,34 @@ def results_in(messages: Any, index: CallIndex, matched: dict[str, str] | None =
         call_id = matched.get(said) or (said if said in index.by_id else None)
         if call_id is None:  # Gemini: a result names its function, not a call id
             made = made if made is not None else {str(c["id"]): c for c in index.made}
-            call_id = next((i for i, c in made.items() if c["name"] == said and i not in results), None)
-        if call_id is not None and call_id not in results:
-            results[call_id] = text_of(message.get("content"))  # text: no part of a parsed tree kept
-    return results
+            call_id = next((i for i, c in made.items() if c["name"] == said and i not in answered), None)
+        calls.append(call_id)
+        if call_id is not None:
+            answered.add(call_id)
+    return calls
+
+
+def result_entries(messages: Any, index: CallIndex, matched: dict[str, str] | None = None) -> list[str | None]:
+    """:func:`result_calls` with a call's later results in the history None (its first one answers it)."""
+    return _firsts(result_calls(messages, index, matched))
+
+
+def _firsts(calls: Sequence[str | None]) -> list[str | None]:
+    seen: set[str] = set()
+    entries: list[str | None] = []
+    for call_id in calls:
+        entries.append(call_id if call_id not in seen else None)
+        if call_id is not None:
+            seen.add(call_id)
+    return entries
+
+
+def results_in(messages: Any, index: CallIndex, matched: dict[str, str] | None = None) -> dict[str, str]:
+    """Reply call id -> the tool result (its text) one history carries for it (:func:`result_entries`).
+    Results for calls no reply made are left out."""
+    tools = [m for m in messages or [] if isinstance(m, dict) and m.get("role") == "tool"]
+    entries = result_entries(messages, index, matched)
+    return {c: text_of(m.get("content")) for c, m in zip(entries, tools, strict=True) if c is not None}
 
 
 def call_results(records: Sequence[ProxyRecord]) -> dict[str, str]:

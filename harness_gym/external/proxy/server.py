@@ -45,6 +45,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from harness_gym.external.policies import Policy
 from harness_gym.external.proxy import chat_completions, gemini
+from harness_gym.external.proxy.masking import ToolOutputMasking
 from harness_gym.external.proxy.recording import DIALECTS, ProxyRecord, RolloutChannel
 from harness_gym.external.proxy.wire import DialectError, loads
 
@@ -268,9 +269,11 @@ class ModelProxy:
         max_tokens: int | None = None,
         models: Sequence[str] = (),
         renamed_calls: Sequence[str] = (),
+        masking: ToolOutputMasking | None = None,
     ) -> RolloutChannel:
         """A channel with a fresh secret; ``models`` are what the model-list routes answer;
-        ``renamed_calls``: names the CLI gives a refused call in its history (not a forged call)."""
+        ``renamed_calls``: names the CLI gives a refused call in its history (not a forged call);
+        ``masking``: the CLI's own rewrite of old tool results (its file's ``masked_results``)."""
         channel = RolloutChannel(
             policy,
             max_requests=max_requests,
@@ -278,6 +281,7 @@ class ModelProxy:
             models=tuple(models),
             on_close=self._forget,
             renamed_calls=tuple(renamed_calls),
+            masking=masking,
         )
         with self._lock:
             self.channels[channel.secret] = channel
@@ -749,7 +753,8 @@ class _ProxyHandler(BaseHTTPRequestHandler):
             raise DialectError("the request body is nested too deep to translate") from exc
         record.model, record.side = model, request.side
         record.policy_request = request  # kept as the body's bytes only (parsed again on demand)
-        channel.verify(request)  # a forged history is flagged, not answered differently: the agent learns nothing
+        # a forged history is flagged, not answered differently: the agent learns nothing
+        channel.verify(request, body, record)
         try:
             with channel.policy_lock:
                 reply = channel.policy.complete(request)

@@ -5,10 +5,14 @@ workspace mount path, against which relative paths resolve). Prints the result; 
 Undo history lives in the sandbox's private /tmp, so it lasts as long as the episode's shell.
 """
 
-import hashlib
 import json
 import os
 import sys
+
+try:
+    from _sha1 import sha1  # the interpreter's own: hashlib loads OpenSSL (4 ms at the server's first call)
+except ImportError:
+    from hashlib import sha1
 
 HISTORY = "/tmp/.harness_file_history"
 SNIPPET_LINES = 4
@@ -33,7 +37,7 @@ def read(path):
 
 
 def history_dir(path):
-    return os.path.join(HISTORY, hashlib.sha1(path.encode()).hexdigest())
+    return os.path.join(HISTORY, sha1(path.encode()).hexdigest())
 
 
 def remember(path, old):
