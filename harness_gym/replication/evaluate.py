@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from harness_gym.agents.factory import make_agent
-from harness_gym.agents.huggingface import HFAgent
+from harness_gym.agents.huggingface import HFAgent, exiting
 from harness_gym.bench.external import EXTERNAL_CLASS
 from harness_gym.bench.report import cluster_bootstrap, crossed_draws, outcome_cells, summarize
 from harness_gym.bench.runner import BenchRunner, HarnessChoice
@@ -271,8 +271,6 @@ class PrefixCachingModel:
         of them (the padding's keys masked out)."""
         import torch
         from transformers.cache_utils import Cache
-
-        from harness_gym.agents.huggingface import exiting
 
         eos = batch[0].options.get("eos_token_id", self._model.generation_config.eos_token_id)
         stops = {int(t) for t in (eos if isinstance(eos, list | tuple) else [eos]) if t is not None}
