@@ -210,7 +210,7 @@ def test_the_batched_decoder_gives_generates_tokens_on_real_bench_prompts(tmp_pa
             for request, ids in zip(requests, batch, strict=True):
                 assert torch.equal(request.result, plain(ids)), (size, ids.shape)
             batch = [torch.cat([r.result, ids[:, -40:]], dim=1) for r, ids in zip(requests, batch, strict=True)]
-        assert decoder.reused_tokens > 1000 * size
+        assert decoder.reused_tokens >= sum(int(ids.shape[1]) for ids in prompts[:size])  # each first prompt reused
 
 
 @pytest.mark.slow
