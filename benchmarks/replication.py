@@ -12,7 +12,9 @@
    ``--small`` writes to ``benchmarks/results/replication-small``). Checkpoints and bench records
    go to ``--work`` (default ``replication-work``, kept out of git); a rerun resumes from them.
 
-``--small`` finishes in about ten minutes on two quiet cores, the full profile in about an hour.
+``--estimate`` prints a profile's cost from rates measured on this machine (``estimate_cost``):
+the full profile 2.6 h at the load of those measurements (1-5 on 2 cores, one torch thread), SFT
+66 min of it, every trained episode costed as a loop to ``max_steps``.
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ from harness_gym.replication.sft import TrainConfig, default_threads, tokenize_r
 from harness_gym.space import BASE_CONFIG, HarnessConfig
 from harness_gym.tasks import Task, load_tasks
 
+CORE_CLASSES = ("base", "training", "heldout")  # the gap's classes; the others are reported apart
+
 
 @dataclass(frozen=True)
 class Profile:
@@ -90,14 +94,34 @@ class Profile:
     # the cap: 96 tokens show that as well as 256 at less than half the cost
     untrained_max_new_tokens: int = 96
     bench_workers: int = 4  # episodes run at once, their model calls decoded as one batch
+    # the first N training seeds are evaluated in every class, the later ones in the core classes
+    # only (CORE_CLASSES: the gap's, whose intervals over seeds the report gives); 0: every seed
+    full_eval_seeds: int = 0
     train: TrainConfig = field(default_factory=lambda: TrainConfig(epochs=1, learning_rate=1e-4, trainable_layers=10))
 
 
 PROFILES = {
-    # 12 steps: 1.5 times the ladder's longest reference episode (8 turns), so a faithful solution
-    # fits with room to recover, and a model that never ends costs 12 turns, not 16; the untrained
-    # model (prose, no call, 0% in every run so far) on 4 base-harness tasks, not 12
-    "full": Profile("full", max_steps=12, untrained_tasks=4),
+    # Sized by estimate_cost's measured rates (2026-12-03, load 1-5): 2.6 h, costing every
+    # trained episode as a failure looping to max_steps (arm A's base-harness episodes in the
+    # check run took a quarter of that bound); SFT is 66 min of it. 10 steps: 2 above the ladder's
+    # longest reference episode (8 turns). 8 episodes decoded together (a batch of 8 costs a
+    # forward pass little more than 4). The first training seed runs every class with one task
+    # per configuration; seeds 1 and 2 the core classes (base, training, held-out) only, so the
+    # intervals over seeds are the gap's; the untrained model (prose, 0% in every run) 2 tasks.
+    "full": Profile(
+        "full",
+        max_steps=10,
+        bench_workers=8,
+        full_eval_seeds=1,
+        eval_tasks=1,
+        eval_tasks_base=6,
+        untrained_tasks=2,
+        training_configs=4,
+        heldout_configs=9,
+        renamed=3,
+        template_configs=2,
+        eval_tasks_heldout_templates=2,
+    ),
     "small": Profile(
         "small",
         pool_tasks=12,
@@ -115,6 +139,27 @@ PROFILES = {
         max_steps=8,
         # 1 epoch at 1e-4 (16 steps) left arm A at 0% in its own harness (2026-12-02: the call
         # format learned, tool names and arguments not): 3 epochs at 3e-4
+        train=TrainConfig(epochs=3, learning_rate=3e-4, trainable_layers=8),
+    ),
+    # a timed run of every in-process stage in minutes, to check estimate_cost against (arm A only:
+    # the costly arm, failing outside its harness; no real CLI, whose installs a fresh machine lacks)
+    "check": Profile(
+        "check",
+        arms=("base",),
+        pool_tasks=12,
+        tasks_per_arm=8,
+        training_seeds=(0,),
+        eval_tasks=1,
+        eval_tasks_base=4,
+        untrained_tasks=2,
+        eval_tasks_heldout_templates=1,
+        template_configs=1,
+        training_configs=2,
+        heldout_configs=4,
+        renamed=2,
+        presets=("Harness-ClaudeCodeStyle",),
+        externals=(),
+        max_steps=12,
         train=TrainConfig(epochs=3, learning_rate=3e-4, trainable_layers=8),
     ),
     # the paper's ablation rows: random-18 vs OA18, K=1, K=4 and the single-configuration h1
@@ -145,20 +190,33 @@ PROFILES = {
     ),
 }
 
-# Rates measured 2026-12-02 in the small ladder profile's run, as CPU seconds of the process (one
-# torch thread): the 2 cores were at load 15-40, so that run's wall times say nothing of quiet cores.
-SFT_CPU_S_PER_KTOKEN = 5.2  # 112 CPU s for arm A's 16 trajectories, 21.3k tokens (top 8 layers trained)
-DECODE_CPU_S_PER_TOKEN = 0.073  # 54 CPU s for 8 steps of 96 new tokens each (the untrained model)
-BATCHED_DECODE = 0.85  # 4 calls decoded as one batch took 0.85 of the CPU of the 4 alone (8.2 s vs 9.6 s)
-REPLY_TOKENS = 58  # the reference's mean reply on the ladder (128 policy turns; the longest 206)
+# Rates measured 2026-12-03 14:50-15:28 UTC on this machine's 2 cores, never quiet then (load
+# 1-5 from other work), with 1 torch thread (default_threads at that load): wall seconds. Decode
+# and prefill: benchmarks/hf_decode.py (benchmarks/results/hf_decode.json: 1 thread at load
+# 1.0-2.1 on real bench prompts of 1.0-1.4k tokens; 2 threads were no faster at that load).
+# Env, SFT and episode shapes: the `check` profile's run (load 3-5). Checked against that run:
+# arm A's base class (4 episodes of 3 turns, 67 tokens a reply) 64 s measured, 55 s from these
+# rates; the untrained bench (2 episodes of 12 turns) 183 s measured, 118 s: at load 3-5 the
+# rates of load 1-2 ran 15-35% fast. The trained episodes' loop bound (every one to max_steps)
+# is the margin: arm A's base class took a quarter of it.
+PREFILL_S_PER_KTOKEN = 3.51  # a prompt prefilled from an empty cache
+# one forward pass of a batch of that many rows at ~1.7k tokens of context (the bench's decode step)
+DECODE_STEP_S = {1: 0.057, 4: 0.111, 8: 0.193}
+ENV_STEP_S = 0.2  # one env step beyond the model (sandboxed tool call, observation): 0.7 s for 3
+EPISODE_S = 0.5  # an episode's own cost beyond its steps (reset, grading): 16 reference episodes 9 s
+SFT_S_PER_KTOKEN = 6.5  # per epoch: 417 s for arm A's 16 trajectories x 3 epochs (top 8 layers)
+# a turn behind a real CLI: the model server prefills the whole request (~2k tokens, no prefix
+# cache) and decodes alone (generate: 71 ms a token at batch 1, load 3.4); not run end to
+# end here (no CLI installed on a fresh machine)
+EXTERNAL_TURN_S = 2.0 * PREFILL_S_PER_KTOKEN + 67 * 0.071
+# Episode shapes (measured 2026-12-02 over the small profile's 128 reference policy turns):
+REPLY_TOKENS = 58  # the reference's mean reply on the ladder (the longest 206)
+FIRST_PROMPT_TOKENS = 1700  # a harness's first prompt (system prompt, tool descriptions, task)
+TURN_TOKENS = 80  # what a later step adds to the prompt beyond the reply (a tool result, markers)
+# a failing trained model's mean reply (tokens), looping to ``max_steps``: measured in the check run
+LOOP_REPLY_TOKENS = 67.0  # arm A's mean reply in the check run (808 tokens over 12 turns)
 TRAJECTORY_TOKENS = {"base": 1333}  # mean tokens of a trajectory in the base harness; other arms:
 OTHER_TRAJECTORY_TOKENS = 1856  # the 18 OA configurations' mean (longer system prompts and tool lists)
-# Assumed, not measured here: a step's prefill from the cached prefix plus its sandbox call; a
-# request behind a real CLI (no prefix cache: about 1.4k tokens prefilled at the forward pass's
-# share of the SFT rate, 1/1.67, plus a reply); two torch threads on two idle cores.
-STEP_CPU_S = 1.0
-EXTERNAL_TURN_CPU_S = 1.4 * SFT_CPU_S_PER_KTOKEN / 1.67 + REPLY_TOKENS * DECODE_CPU_S_PER_TOKEN
-QUIET_CORES = 2 * 0.85
 
 
 def mean_turns(profile: Profile) -> float:
@@ -167,25 +225,56 @@ def mean_turns(profile: Profile) -> float:
     return sum(len(t.solution) + 1 for t in tasks) / len(tasks)
 
 
+def decode_step_s(batch: float) -> float:
+    """One batched forward pass, interpolated between the measured batch sizes."""
+    sizes = sorted(DECODE_STEP_S)
+    batch = min(max(batch, sizes[0]), sizes[-1])
+    low = max(s for s in sizes if s <= batch)
+    high = min(s for s in sizes if s >= batch)
+    if low == high:
+        return DECODE_STEP_S[low]
+    share = (batch - low) / (high - low)
+    return DECODE_STEP_S[low] + share * (DECODE_STEP_S[high] - DECODE_STEP_S[low])
+
+
+def episode_s(turns: float, reply: float, batch: float) -> float:
+    """Wall seconds an episode adds to its bench when ``batch`` episodes decode together: its share
+    of every batched forward pass, the prefill of its first prompt and of what each later turn
+    adds, its env steps."""
+    decode = turns * reply * decode_step_s(batch) / batch
+    prefill = (FIRST_PROMPT_TOKENS + (turns - 1) * (reply + TURN_TOKENS)) / 1000 * PREFILL_S_PER_KTOKEN
+    return decode + prefill + turns * ENV_STEP_S + EPISODE_S
+
+
+def bench_estimate_s(profile: Profile, *, trained: bool, seed_index: int = 0) -> float:
+    """One model's bench, in wall seconds on two quiet cores. Every trained episode is costed as a
+    failure that loops to ``max_steps`` turns of ``LOOP_REPLY_TOKENS``, an upper bound for arm A
+    outside its harness and above what a model that solves its tasks costs; the untrained model
+    answers every turn in prose to its reply cap and never finishes. Each class is a bench of its
+    own (batches no larger than its episodes); real CLIs run one episode at a time."""
+    total = 0.0
+    for run_ in eval_runs(profile, trained=trained, seed_index=seed_index):
+        episodes = len(run_.harnesses) * run_.count
+        if run_.klass == "external":
+            total += episodes * (profile.max_steps * EXTERNAL_TURN_S + EPISODE_S)
+            continue
+        reply = LOOP_REPLY_TOKENS if trained else profile.untrained_max_new_tokens
+        total += episodes * episode_s(profile.max_steps, reply, min(profile.bench_workers, episodes))
+    return total
+
+
 def estimate_cost(profile: Profile) -> dict[str, float]:
-    """Estimated seconds per stage kind on two quiet cores, from the rates above: trained models
-    at the reference's mean turns and reply length (an episode the model never ends costs up to
-    ``max_steps`` turns, so a model that fails by looping costs more), the untrained model at
-    ``max_steps`` turns of ``untrained_max_new_tokens`` (it answers in prose and never finishes)."""
-    turns = min(mean_turns(profile), profile.max_steps)
+    """Estimated wall seconds per stage kind on two quiet cores, from the rates above."""
     trajectories = profile.tasks_per_arm * 2
     seeds = len(profile.training_seeds)
-    tokens = sum(TRAJECTORY_TOKENS.get(arm, OTHER_TRAJECTORY_TOKENS) for arm in profile.arms) * seeds * trajectories
-    sft = profile.train.epochs * tokens / 1000 * SFT_CPU_S_PER_KTOKEN
-    plan = evaluation_plan(profile, trained=True)
-    external = sum(1 for klass, _ in plan if klass == "external")
-    step = REPLY_TOKENS * DECODE_CPU_S_PER_TOKEN * BATCHED_DECODE + STEP_CPU_S
-    per_model = (len(plan) - external) * turns * step + external * turns * EXTERNAL_TURN_CPU_S
-    untrained = len(evaluation_plan(profile, trained=False)) * profile.max_steps
-    untrained_s = untrained * (profile.untrained_max_new_tokens * DECODE_CPU_S_PER_TOKEN * BATCHED_DECODE + STEP_CPU_S)
-    bench = len(profile.arms) * seeds * per_model + untrained_s
-    cost = {"sft_s": sft, "bench_s": bench, "total_s": sft + bench}
-    return {**{k: v / QUIET_CORES for k, v in cost.items()}, "cpu_s": cost["total_s"], "mean_turns": turns}
+    tokens = sum(TRAJECTORY_TOKENS.get(arm, OTHER_TRAJECTORY_TOKENS) for arm in profile.arms) * trajectories
+    sft = seeds * profile.train.epochs * tokens / 1000 * SFT_S_PER_KTOKEN
+    turns = min(mean_turns(profile), profile.max_steps)
+    data = seeds * len(profile.arms) * trajectories * (turns * ENV_STEP_S + EPISODE_S)
+    per_seed = [bench_estimate_s(profile, trained=True, seed_index=i) for i in range(seeds)]
+    bench = len(profile.arms) * sum(per_seed) + bench_estimate_s(profile, trained=False)
+    return {"sft_s": sft, "data_s": data, "bench_s": bench, "bench_per_model_s": per_seed[0],
+            "total_s": sft + data + bench, "mean_turns": turns}  # fmt: skip
 
 
 def training_suite(profile: Profile) -> str:
@@ -262,17 +351,12 @@ class EvalRun:
     env_options: tuple[tuple[str, Any], ...] = ()
 
 
-def evaluation_plan(profile: Profile, *, trained: bool) -> list[tuple[str, str]]:
-    """(class, harness) per planned episode of one model, for the cost estimate."""
-    out = []
-    for run_ in eval_runs(profile, trained=trained):
-        out += [(run_.klass, h.env_id) for h in run_.harnesses for _ in range(run_.count)]
-    return out
-
-
-def eval_runs(profile: Profile, *, trained: bool) -> list[EvalRun]:
+def eval_runs(profile: Profile, *, trained: bool, seed_index: int = 0) -> list[EvalRun]:
     """The evaluation classes of one model: base harness (more tasks), training and held-out
-    configurations, held-out with resampled names, the imitation presets, held-out templates."""
+    configurations, held-out with resampled names, the imitation presets, held-out templates;
+    a training seed past ``full_eval_seeds`` (its index ``seed_index``) the core classes only."""
+    if trained and 0 < profile.full_eval_seeds <= seed_index:
+        return [r for r in eval_runs(profile, trained=True) if r.klass in CORE_CLASSES]
     base, others = evaluation_harnesses(profile)
     base_tasks = profile.eval_tasks_base if trained else (profile.untrained_tasks or profile.eval_tasks_base)
     runs = [EvalRun("base", (base,), "tasks", base_tasks)]
@@ -342,7 +426,7 @@ def run(profile: Profile, out: Path, work: Path, progress: bool = True) -> dict[
     records, seconds = _bench_model(profile, base_model, "untrained", eval_lists, work, progress, trained=False)
     stages.finish(seconds)
     models["untrained"] = _entry(records)
-    for seed in seeds:
+    for index, seed in enumerate(seeds):
         stages.start(f"seed {seed}: record reference trajectories and export them with train masks")
         arms, produced = _arm_data(profile, suite, specs, tokenizer, seed, work)
         stages.finish(produced)
@@ -358,7 +442,9 @@ def run(profile: Profile, out: Path, work: Path, progress: bool = True) -> dict[
             training[label] = _train_or_reuse(base_model, arms[spec.name].examples, folder, config, progress)
             stages.finish(float(training[label].get("seconds", 0.0)))
             stages.start(f"bench {label}")
-            records, seconds = _bench_model(profile, folder, label, eval_lists, work, progress, trained=True)
+            records, seconds = _bench_model(
+                profile, folder, label, eval_lists, work, progress, trained=True, seed_index=index
+            )
             stages.finish(seconds)
             models[label] = _entry(records)
             runs_by_arm[spec.name].append(models[label])
@@ -396,9 +482,6 @@ def run(profile: Profile, out: Path, work: Path, progress: bool = True) -> dict[
     return results
 
 
-CORE_CLASSES = ("base", "training", "heldout")  # the gap's classes; the others are reported apart
-
-
 def _entry(records: list[dict[str, Any]]) -> dict[str, Any]:
     entry = model_entry(model_summary([r for r in records if r.get("eval_class") in CORE_CLASSES]))
     entry["eval_classes"] = class_figures(records)
@@ -425,13 +508,14 @@ def _bench_model(
     progress: bool,
     *,
     trained: bool,
+    seed_index: int = 0,
 ) -> tuple[list[dict[str, Any]], float]:
     """Every evaluation class of one model: the records, tagged with the class (bench records
     resume), and the wall time of the runs that produced them."""
     records: list[dict[str, Any]] = []
     seconds = 0.0
     _discard_stale_bench(profile, folder, work / "bench" / label.replace("/", "-"), _reply_cap(profile, trained))
-    for run_ in eval_runs(profile, trained=trained):
+    for run_ in eval_runs(profile, trained=trained, seed_index=seed_index):
         tasks = eval_lists[run_.tasks][: run_.count]
         if not tasks or not run_.harnesses:
             continue

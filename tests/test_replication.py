@@ -4,6 +4,7 @@ prefix cache agree with plain transformers; ``--small`` end to end behind the sl
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 from conftest import requires_bwrap
@@ -172,6 +173,44 @@ def test_concurrent_calls_are_decoded_together_as_the_model_decodes_each():
         with torch.no_grad():
             plain = [model.generate(p, attention_mask=torch.ones_like(p), **options) for p in prompts]
     assert batched.batches == [4, 4] and batched.reused_tokens > 4 * MIN_SHARED_PREFIX
+
+
+@pytest.mark.slow
+def test_the_batched_decoder_gives_generates_tokens_on_real_bench_prompts(tmp_path):
+    """SmolLM2 on the first prompts of real bench episodes (the base harness and held-out
+    configurations, Hermes tool calls, 1.5k-1.9k tokens): the in-place batched decode gives
+    token for token what transformers' greedy ``generate`` gives each prompt alone, in a batch of
+    one and of four, and again when each prompt is extended and prefilled from its cached prefix."""
+    import sys
+
+    torch = pytest.importorskip("torch")
+    from harness_gym.model_export import export_model
+    from harness_gym.replication.evaluate import PrefixCachingModel, _Request
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from hf_decode import real_prompts
+
+    folder = export_model(tmp_path / "model")
+    from harness_gym.agents.huggingface import load_model
+
+    _, model, _ = load_model(str(folder))
+    prompts = real_prompts(folder, 4)
+    options = {"max_new_tokens": 24, "do_sample": False, "pad_token_id": model.generation_config.eos_token_id}
+
+    def plain(ids):
+        with torch.no_grad():
+            return model.generate(ids, attention_mask=torch.ones_like(ids), **options)
+
+    for size in (1, 4):
+        decoder = PrefixCachingModel(model, batch_size=size)
+        batch = prompts[:size]
+        for _ in range(2):  # the second round extends each output: its prefix comes from the cache
+            requests = [_Request(ids, dict(options)) for ids in batch]
+            decoder._decode(requests)
+            for request, ids in zip(requests, batch, strict=True):
+                assert torch.equal(request.result, plain(ids)), (size, ids.shape)
+            batch = [torch.cat([r.result, ids[:, -40:]], dim=1) for r, ids in zip(requests, batch, strict=True)]
+        assert decoder.reused_tokens >= sum(int(ids.shape[1]) for ids in prompts[:size])  # each first prompt reused
 
 
 @pytest.mark.slow
@@ -384,6 +423,27 @@ def test_the_profiles_plan_their_classes_and_estimate_their_cost():
     assert set(PROFILES["ablation"].arms) >= {"random18", "oa18-k1", "oa18-k4", "h1"}
     costs = {name: estimate_cost(PROFILES[name])["total_s"] for name in ("small", "full", "ablation")}
     assert costs["small"] < costs["full"] < costs["ablation"]
+    # a session's machine holds 3 hours, everything else included; the rates were measured at load
+    # 3-5 with one torch thread and every trained episode is costed as a loop to max_steps
+    assert costs["full"] <= 3 * 3600
+    assert PROFILES["full"].max_steps > 8  # above the ladder's longest reference episode
+
+
+def test_later_training_seeds_run_the_core_classes_only():
+    """With ``full_eval_seeds=1`` the first seed runs every class and the others the gap's core
+    classes, whose intervals over seeds the report gives; the estimate counts each seed's own."""
+    from dataclasses import replace
+
+    from benchmarks.replication import CORE_CLASSES, PROFILES, bench_estimate_s, eval_runs
+
+    profile = replace(PROFILES["full"], full_eval_seeds=1)
+    first = [r.klass for r in eval_runs(profile, trained=True, seed_index=0)]
+    later = [r.klass for r in eval_runs(profile, trained=True, seed_index=2)]
+    assert set(first) > set(later) and tuple(later) == CORE_CLASSES
+    assert eval_runs(profile, trained=False, seed_index=2) == eval_runs(profile, trained=False)
+    assert bench_estimate_s(profile, trained=True, seed_index=1) < bench_estimate_s(profile, trained=True)
+    every = replace(profile, full_eval_seeds=0)
+    assert [r.klass for r in eval_runs(every, trained=True, seed_index=2)] == first
 
 
 def test_real_clis_are_an_evaluation_class_served_the_checkpoint(tmp_path):

@@ -165,6 +165,12 @@ def stops_at_exit() -> Any:
     return StoppingCriteriaList([AtExit()])
 
 
+def exiting() -> bool:
+    """Whether the interpreter is exiting: a hand-rolled decoding loop checks it at every token,
+    as :func:`stops_at_exit` makes ``generate`` do (see ``_EXITING``)."""
+    return _EXITING.is_set()
+
+
 def _stop_generation() -> None:
     """At exit, while daemon threads still run: stop every generation and wait (bounded) until each
     model's lock is free, i.e. no thread is inside torch any more."""
@@ -251,9 +257,9 @@ class HFAgent:
         encoded = self.tokenizer.apply_chat_template(messages, **options)
         return encoded["input_ids"] if hasattr(encoded, "keys") else encoded
 
-    def act(self, observation: Mapping[str, Any]) -> str:
-        import torch  # the optional hf extra (heavy): imported only by a loaded model's agent
-
+    def prompt_ids(self, observation: Mapping[str, Any]) -> Any:
+        """The token ids of the prompt ``act`` would generate from (older turns dropped and long
+        messages elided to fit the context), shaped (1, length)."""
         if self.tool_mode == "native":
             self._tools = list(observation["tools"])
             messages: list[dict[str, Any]] = _native_messages(observation["messages"])
@@ -281,6 +287,12 @@ class HFAgent:
                 f"the prompt needs {ids.shape[1]} tokens even after dropping old turns; the context holds "
                 f"{self.context_tokens} tokens, {self.max_new_tokens} of them kept for the answer"
             )
+        return ids
+
+    def act(self, observation: Mapping[str, Any]) -> str:
+        import torch  # the optional hf extra (heavy): imported only by a loaded model's agent
+
+        ids = self.prompt_ids(observation)
         options: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, "pad_token_id": self.tokenizer.eos_token_id}
         if self.temperature > 0:
             options.update(do_sample=True, temperature=self.temperature)

@@ -12,7 +12,6 @@ gives the same tokens as without the cache (up to floating-point rounding).
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import json
 import threading
@@ -24,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from harness_gym.agents.factory import make_agent
-from harness_gym.agents.huggingface import HFAgent
+from harness_gym.agents.huggingface import HFAgent, exiting
 from harness_gym.bench.external import EXTERNAL_CLASS
 from harness_gym.bench.report import cluster_bootstrap, crossed_draws, outcome_cells, summarize
 from harness_gym.bench.runner import BenchRunner, HarnessChoice
@@ -47,6 +46,118 @@ class _Request:
         self.error: BaseException | None = None
 
 
+#: a cached prompt: its token ids (1-d) and per layer its (keys, values), each (1, heads, length, dim)
+Entry = tuple[Any, list[tuple[Any, Any]]]
+
+
+def _slot_class() -> type:
+    """:class:`transformers.cache_utils.DynamicLayer` with its keys and values in a window of a
+    buffer allocated once per batch (imported lazily: transformers is the optional hf extra)."""
+    from transformers.cache_utils import DynamicLayer
+
+    class Slot(DynamicLayer):  # type: ignore[misc]
+        """Positions ``start:start + length`` of ``buffers`` (keys, values), written in place. A
+        DynamicLayer concatenates each new token to its whole cache: on two cores that copy, per
+        layer and token, cost more than the attention itself."""
+
+        def __init__(self, keys: Any, values: Any, start: int, length: int) -> None:
+            super().__init__()
+            self._buffers, self._start = (keys, values), start
+            self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
+            self._show(length)
+
+        def _show(self, length: int) -> None:
+            end = self._start + length
+            self.keys, self.values = (b[:, :, self._start : end] for b in self._buffers)
+
+        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+            length = self.keys.shape[-2]
+            end = self._start + length + key_states.shape[-2]
+            if end > self._buffers[0].shape[-2]:
+                raise RuntimeError(f"decode buffer of {self._buffers[0].shape[-2]} positions overrun at {end}")
+            for buffer, new in zip(self._buffers, (key_states, value_states), strict=True):
+                buffer[:, :, self._start + length : end] = new
+            self._show(end - self._start)
+            return self.keys, self.values
+
+    return Slot
+
+
+GQA_ATTENTION = "harness_gym_sdpa_gqa"  # the attention implementation the batched decode runs
+
+
+@functools.cache
+def _register_gqa_attention() -> str:
+    """Register transformers' sdpa attention with grouped-query heads handed to torch as groups
+    (``enable_gqa``). transformers' own copies every cached key and value once per query head of
+    its group whenever a mask is passed (always, for a left-padded batch): at batch 8 that copy
+    took 70 ms a layer against 8 ms (benchmarks/results/hf_decode.json). torch's result is bitwise
+    the same (checked 2026-12-03 on this machine's CPU: decode shapes at batch 1, 4 and 8)."""
+    import torch
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    def attention(
+        module: Any,
+        query: Any,
+        key: Any,
+        value: Any,
+        attention_mask: Any,
+        dropout: float = 0.0,
+        scaling: float | None = None,
+        is_causal: bool | None = None,
+        **kwargs: Any,
+    ) -> tuple[Any, None]:
+        grouped = getattr(module, "num_key_value_groups", 1) > 1
+        if not grouped or kwargs.get("position_bias") is not None or kwargs.get("output_attentions"):
+            return sdpa_attention_forward(
+                module,
+                query,
+                key,
+                value,
+                attention_mask,
+                dropout=dropout,
+                scaling=scaling,
+                is_causal=is_causal,
+                **kwargs,
+            )
+        causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+        causal = query.shape[2] > 1 and attention_mask is None and causal  # as transformers decides it
+        if causal and key.shape[2] > query.shape[2]:
+            key, value = key[:, :, : query.shape[2]], value[:, :, : query.shape[2]]
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query,
+            key,
+            value,
+            attn_mask=attention_mask,
+            dropout_p=dropout,
+            scale=scaling,
+            is_causal=causal,
+            enable_gqa=True,
+        )
+        return out.transpose(1, 2).contiguous(), None
+
+    AttentionInterface.register(GQA_ATTENTION, attention)
+    AttentionMaskInterface.register(GQA_ATTENTION, sdpa_mask)
+    return GQA_ATTENTION
+
+
+@contextlib.contextmanager
+def _gqa_attention(model: Any) -> Any:
+    """The model's sdpa attention as :func:`_register_gqa_attention`'s while the block runs."""
+    config = model.config
+    before = config._attn_implementation
+    if before != "sdpa":
+        yield
+        return
+    config._attn_implementation = _register_gqa_attention()
+    try:
+        yield
+    finally:
+        config._attn_implementation = before
+
+
 class PrefixCachingModel:
     """A causal LM whose greedy ``generate`` reuses the key/value cache of the longest cached
     prefix and decodes concurrent calls together.
@@ -58,12 +169,16 @@ class PrefixCachingModel:
     left-padded batch. ``batch_size``: the most calls decoded together (the bench's workers); the
     first waits up to ``window_s`` for the others. Holds up to ``entries`` caches (least recently
     used dropped); everything else is delegated to the wrapped model, so it stands in for the model
-    inside an agent. Sampling (``do_sample``) runs alone through the model's own ``generate``."""
+    inside an agent. Sampling (``do_sample``) runs alone through the model's own ``generate``.
+
+    Every batch's keys and values live in one buffer sized for its longest prompt plus the reply
+    cap, each prompt prefilled into its own row from its cached prefix: one copy of a prefix per
+    call, where concatenating caches copied every layer's whole cache at every token."""
 
     def __init__(self, model: Any, entries: int = 6, batch_size: int = 1, window_s: float = 0.5) -> None:
         self._model = model
         self._entries = max(entries, 2 * batch_size)
-        self._cache: list[tuple[Any, Any]] = []  # (token ids as a 1-d tensor, DynamicCache)
+        self._cache: list[Entry] = []
         self._lock = threading.Lock()  # the prefix caches and the model's own generate
         self._turn = threading.Condition()  # the pending calls and which thread runs the next batch
         self._pending: list[_Request] = []
@@ -73,6 +188,9 @@ class PrefixCachingModel:
         self.reused_tokens = 0
         self.prompt_tokens = 0
         self.batches: list[int] = []  # the size of every decoded batch
+        # where the time goes: prompt tokens prefilled and their seconds; batched forward passes
+        # of one new token per row, the rows they fed, their seconds (the bench's cost estimate)
+        self.spent = {"prefill_tokens": 0, "prefill_s": 0.0, "decode_steps": 0, "decode_rows": 0, "decode_s": 0.0}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._model, name)
@@ -87,34 +205,24 @@ class PrefixCachingModel:
                 best, best_length = index, shared
         return best, best_length
 
-    def _reuse(self, input_ids: Any) -> tuple[Any, int]:
-        """(a copy of the longest cached prefix's cache cropped to it, its length), or (None, 0)."""
+    def _reuse(self, input_ids: Any) -> tuple[list[tuple[Any, Any]], int]:
+        """(the longest cached prefix's keys and values per layer, its length), or ([], 0). The
+        tensors are the cache's own, longer than the prefix: read them, never write them."""
         index, shared = self._longest(input_ids)
         self.prompt_tokens += int(input_ids.shape[1])
         if shared < MIN_SHARED_PREFIX:
-            return None, 0
-        cache = copy.deepcopy(self._cache[index][1])
-        excess = cache.get_seq_length() - shared
-        if excess > 0:
-            cache.crop(-excess)
+            return [], 0
         self._cache.append(self._cache.pop(index))
         self.reused_tokens += shared
-        return cache, shared
+        return self._cache[-1][1], shared
 
-    def _keep(self, ids: Any, cache: Any) -> None:
-        self._cache.append((ids, cache))
+    def _keep(self, ids: Any, layers: list[tuple[Any, Any]]) -> None:
+        self._cache.append((ids, layers))
         del self._cache[: -self._entries]
 
     def generate(self, input_ids: Any, **options: Any) -> Any:
         if options.get("do_sample") or input_ids.shape[0] != 1:
-            with self._lock:
-                cache, _ = self._reuse(input_ids)
-                if cache is not None:
-                    options["past_key_values"] = cache
-                output = self._model.generate(input_ids, return_dict_in_generate=True, use_cache=True, **options)
-                cache = output.past_key_values
-                self._keep(output.sequences[0, : cache.get_seq_length()].clone(), cache)
-                return output.sequences
+            return self._sample(input_ids, options)
         request = _Request(input_ids, options)
         with self._turn:
             self._pending.append(request)
@@ -142,44 +250,72 @@ class PrefixCachingModel:
             raise request.error
         return request.result
 
-    def _decode(self, batch: list[_Request]) -> None:
-        """Greedy decoding of ``batch``: each prompt prefilled from its cached prefix, then one
-        forward pass per new token for all of them (left-padded keys masked out)."""
-        import torch
+    def _sample(self, input_ids: Any, options: dict[str, Any]) -> Any:
+        """The model's own ``generate`` (sampling, or several prompts in one tensor), from the
+        longest cached prefix."""
         from transformers import DynamicCache
+
+        with self._lock:
+            layers, shared = self._reuse(input_ids)
+            if shared:
+                options["past_key_values"] = DynamicCache([(k[:, :, :shared], v[:, :, :shared]) for k, v in layers])
+            output = self._model.generate(input_ids, return_dict_in_generate=True, use_cache=True, **options)
+            cache = output.past_key_values
+            kept = [(layer.keys[:1], layer.values[:1]) for layer in cache.layers]
+            self._keep(output.sequences[0, : cache.get_seq_length()].clone(), kept)
+            return output.sequences
+
+    def _decode(self, batch: list[_Request]) -> None:
+        """Greedy decoding of ``batch``: each prompt prefilled from its cached prefix into its row
+        of one buffer (left-padded to the longest), then one forward pass per new token for all
+        of them (the padding's keys masked out)."""
+        import torch
+        from transformers.cache_utils import Cache
 
         eos = batch[0].options.get("eos_token_id", self._model.generation_config.eos_token_id)
         stops = {int(t) for t in (eos if isinstance(eos, list | tuple) else [eos]) if t is not None}
         caps = [int(r.options.get("max_new_tokens") or 20) for r in batch]
-        limit = max(caps)
-        with self._lock, torch.no_grad():
-            caches, firsts = [], []
-            for item in batch:
-                cache, shared = self._reuse(item.input_ids)
-                cache = cache if cache is not None else DynamicCache()
+        lengths = [int(r.input_ids.shape[1]) for r in batch]
+        longest, size, limit = max(lengths), len(batch), max(caps)
+        slot = _slot_class()
+        config = self._model.config
+        heads = int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
+        dim = int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
+        with self._lock, torch.inference_mode(), _gqa_attention(self._model):
+            dtype = next(self._model.parameters()).dtype
+            shape = (size, heads, longest + limit, dim)
+            buffers = [(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)) for _ in range(config.num_hidden_layers)]  # fmt: skip
+            firsts = []
+            started = time.perf_counter()
+            for row, item in enumerate(batch):
+                layers, shared = self._reuse(item.input_ids)
+                pad = longest - lengths[row]
+                for (keys, values), (cached_keys, cached_values) in zip(buffers, layers, strict=False):
+                    keys[row, :, pad : pad + shared] = cached_keys[0, :, :shared]
+                    values[row, :, pad : pad + shared] = cached_values[0, :, :shared]
+                rows = Cache(layers=[slot(k[row : row + 1], v[row : row + 1], pad, shared) for k, v in buffers])
                 out = self._model(
-                    input_ids=item.input_ids[:, shared:], past_key_values=cache, use_cache=True, logits_to_keep=1
+                    input_ids=item.input_ids[:, shared:], past_key_values=rows, use_cache=True, logits_to_keep=1
                 )
-                caches.append(cache)
                 firsts.append(int(out.logits[0, -1].argmax()))
-            lengths = [int(r.input_ids.shape[1]) for r in batch]
-            longest, size = max(lengths), len(batch)
-            joint = _left_padded(caches, lengths)
-            mask = torch.zeros(size, longest, dtype=torch.long)
+                self.spent["prefill_tokens"] += lengths[row] - shared
+            self.spent["prefill_s"] += time.perf_counter() - started
+            started = time.perf_counter()
+            joint = Cache(layers=[slot(k, v, 0, longest) for k, v in buffers])
+            mask = torch.ones(size, longest + limit, dtype=torch.long)  # a step feeds columns longest on
             for row, length in enumerate(lengths):
-                mask[row, longest - length :] = 1
+                mask[row, : longest - length] = 0
             generated = [[token] for token in firsts]
             done = [token in stops for token in firsts]
             tokens = torch.tensor(firsts)
             for step in range(1, limit):
                 wanted = [not d and len(g) < cap for d, g, cap in zip(done, generated, caps, strict=True)]
-                if not any(wanted):
+                if not any(wanted) or exiting():
                     break
-                mask = torch.cat([mask, torch.ones(size, 1, dtype=torch.long)], dim=1)
                 positions = torch.tensor([[length + step - 1] for length in lengths])
                 out = self._model(
                     input_ids=tokens.view(size, 1),
-                    attention_mask=mask,
+                    attention_mask=mask[:, : longest + step],
                     position_ids=positions,
                     past_key_values=joint,
                     use_cache=True,
@@ -189,42 +325,17 @@ class PrefixCachingModel:
                     if wanted[row]:
                         generated[row].append(token)
                         done[row] = token in stops
+                self.spent["decode_steps"] += 1
+                self.spent["decode_rows"] += size
+            self.spent["decode_s"] += time.perf_counter() - started
             self.batches.append(size)
             for row, item in enumerate(batch):
                 new = generated[row]
                 item.result = torch.cat([item.input_ids, torch.tensor([new])], dim=1)
                 fed = lengths[row] + len(new) - 1  # the last new token was never fed
                 pad = longest - lengths[row]
-                kept = _rows(joint, row, pad, pad + fed)
+                kept = [(k[row : row + 1, :, pad : pad + fed].clone(), v[row : row + 1, :, pad : pad + fed].clone()) for k, v in buffers]  # fmt: skip
                 self._keep(item.result[0, :fed].clone(), kept)
-
-
-def _left_padded(caches: Sequence[Any], lengths: Sequence[int]) -> Any:
-    """One batched DynamicCache from single-sequence ones, each left-padded to the longest."""
-    import torch
-    from transformers import DynamicCache
-
-    longest = max(lengths)
-
-    def joined(layer: int, part: str) -> Any:
-        pads = [(0, 0, longest - length, 0) for length in lengths]
-        return torch.cat(
-            [torch.nn.functional.pad(getattr(c.layers[layer], part), p) for c, p in zip(caches, pads, strict=True)]
-        )
-
-    return DynamicCache([(joined(n, "keys"), joined(n, "values")) for n in range(len(caches[0].layers))])
-
-
-def _rows(cache: Any, row: int, start: int, end: int) -> Any:
-    """Positions ``start:end`` of one row of a batched DynamicCache, as a cache of its own."""
-    from transformers import DynamicCache
-
-    return DynamicCache(
-        [
-            (layer.keys[row : row + 1, :, start:end].clone(), layer.values[row : row + 1, :, start:end].clone())
-            for layer in cache.layers
-        ]
-    )
 
 
 _WRAPPED: dict[tuple[int, int], PrefixCachingModel] = {}
