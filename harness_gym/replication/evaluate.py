@@ -55,7 +55,7 @@ def _slot_class() -> type:
     buffer allocated once per batch (imported lazily: transformers is the optional hf extra)."""
     from transformers.cache_utils import DynamicLayer
 
-    class Slot(DynamicLayer):  # type: ignore[misc]
+    class Slot(DynamicLayer):
         """Positions ``start:start + length`` of ``buffers`` (keys, values), written in place. A
         DynamicLayer concatenates each new token to its whole cache: on two cores that copy, per
         layer and token, cost more than the attention itself."""
@@ -71,6 +71,7 @@ def _slot_class() -> type:
             self.keys, self.values = (b[:, :, self._start : end] for b in self._buffers)
 
         def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+            assert self.keys is not None  # shown by __init__
             length = self.keys.shape[-2]
             end = self._start + length + key_states.shape[-2]
             if end > self._buffers[0].shape[-2]:
