@@ -50,7 +50,10 @@ def test_easy_profile_runs_the_base_the_other_training_and_the_heldout_configura
     assert base.env_id not in env_ids
 
 
-def test_small_profile_runs_a_prefix_of_the_full_one_and_is_smaller_everywhere():
+def test_small_profile_runs_a_prefix_of_the_full_one_and_is_no_larger_anywhere():
+    """--small smoke-tests the full profile's own configurations (a prefix of each list), no larger
+    in any size and smaller in every count of tasks and configurations (both evaluate one task per
+    configuration since the full profile was resized to fit its estimate: issue 29)."""
     small, full = replication.PROFILES["small"], replication.PROFILES["full"]
     small_base, small_others = replication.evaluation_harnesses(small)
     full_base, full_others = replication.evaluation_harnesses(full)
@@ -63,10 +66,11 @@ def test_small_profile_runs_a_prefix_of_the_full_one_and_is_smaller_everywhere()
         small_others[small.training_configs :]
         == full_others[full.training_configs : full.training_configs + small.heldout_configs]
     )
-    assert len(full_others) == full.training_configs + 18  # every held-out configuration
-    sizes = ("pool_tasks", "tasks_per_arm", "eval_tasks", "eval_tasks_base", "training_configs", "heldout_configs")
-    for size in sizes:
+    assert len(full_others) == full.training_configs + full.heldout_configs
+    assert full.heldout_configs <= len(replication.heldout_set())
+    for size in ("pool_tasks", "tasks_per_arm", "eval_tasks_base", "training_configs", "heldout_configs"):
         assert 0 < getattr(small, size) < getattr(full, size), size
+    assert 0 < small.eval_tasks <= full.eval_tasks
     for profile in (small, full):
         assert profile.tasks_per_arm <= profile.pool_tasks  # each arm keeps tasks_per_arm of its pool
 
