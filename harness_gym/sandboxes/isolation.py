@@ -842,15 +842,22 @@ def _write_all(group: Path, values: Mapping[str, str]) -> bool:
     return True
 
 
-def make_cgroup(controller: str, name: str, limits: dict[str, str]) -> Path | None:
-    """Create ``<own v1 cgroup>/harness-gym-<name>`` with the given limit files, or None if not allowed."""
-    own = _own_cgroup(controller)
+def _make_child(own: Path | None, name: str) -> Path | None:
+    """``<own>/harness-gym-<name>``, made if missing; None where there is no ``own`` or it may not be made."""
     if own is None:
         return None
     group = own / f"{CGROUP_PREFIX}{name}"
     try:
         group.mkdir(exist_ok=True)
     except OSError:
+        return None
+    return group
+
+
+def make_cgroup(controller: str, name: str, limits: dict[str, str]) -> Path | None:
+    """Create ``<own v1 cgroup>/harness-gym-<name>`` with the given limit files, or None if not allowed."""
+    group = _make_child(_own_cgroup(controller), name)
+    if group is None:
         return None
     if not _write_all(group, limits):
         remove_cgroup(group)
@@ -874,13 +881,8 @@ def make_freezer_group(name: str, root: Path | None = None) -> Path | None:
     """On a hybrid host (v1 controllers, cgroup2 mounted at ``<root>/unified``): a v2 group with no
     controllers that the sandbox joins only for v2's ``cgroup.freeze`` (its limits stay in v1), so
     that a reset can stop every process of it at once (:func:`kill_frozen`). None where there is none."""
-    own = _own_unified(root or CGROUP_ROOT)
-    if own is None:
-        return None
-    group = own / f"{CGROUP_PREFIX}{name}"
-    try:
-        group.mkdir(exist_ok=True)
-    except OSError:
+    group = _make_child(_own_unified(root or CGROUP_ROOT), name)
+    if group is None:
         return None
     if not (group / "cgroup.freeze").exists():  # a kernel before 5.2: no v2 freezer
         remove_cgroup(group)
